@@ -1,0 +1,52 @@
+# Two commands on a fresh machine: `make book` and `make test` (see README.md).
+# Both create .venv and install the pinned development requirements when needed.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Chromium drives the browser check of the website; bubblewrap sandboxes student code.
+SYSDEPS := chromium chromium-driver bubblewrap
+
+.PHONY: setup sysdeps book test test-fast release grade clean
+
+setup: $(STAMP) sysdeps
+
+# torch==2.13.0 goes first: asked for any other way, pip fetches gigabytes of CUDA wheels.
+$(STAMP): requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+# System packages, installed only when missing (needs root, as on the course machines and CI).
+sysdeps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# The website, executed (cached in _build/.jupyter_cache), warnings are errors.
+book: setup
+	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+
+# Every test: unit, notebooks, grading, the book build and the browser check.
+test: setup
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+# Unit tests only (seconds): everything not marked slow.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+# chapters/ from solutions/ (nbgrader generate_assignment underneath).
+release: $(STAMP)
+	$(PY) -m autograder release
+
+clean:
+	rm -rf _build

@@ -1,0 +1,511 @@
+"""Grading helpers: the one entry point every hidden test goes through.
+
+A hidden test cell in a solution notebook is a single call::
+
+    from course_lib import grading
+    grading.check("seq2seq.additive_score", additive_score)
+
+``check`` looks the exercise up in the registry (``course_lib/exercises/<chapter>.py``), builds
+each hidden case's inputs from a fixed seed, runs the student's function on them and then, by
+mode (environment variable ``COURSE_GRADING_MODE``):
+
+* ``compare`` (default; plain nbgrader, nbval, a student's own kernel): computes course_lib's
+  reference output in the same kernel and raises ``AssertionError`` with a message that says what
+  is wrong (shape, dtype, largest error and where, NaN, a non-tensor result) without printing the
+  hidden inputs.
+* ``record`` (the instructor's hardened ``python -m autograder grade``): only records the student's
+  outputs as plain arrays (``.npz`` files, never pickles) under ``COURSE_GRADING_RECORD_DIR``. A
+  trusted process that runs no student code rebuilds the same inputs, computes the reference and
+  compares with :func:`compare_plain`, so patching assertions inside the student's kernel changes
+  nothing.
+
+The reference guard: while the student's function runs, a profiler hook watches every Python call.
+Calling course_lib's implementation of *any* exercise of the same chapter (directly, through an
+alias, a ``functools.partial`` or a course_lib class that uses it) fails the case with
+:class:`ReferenceCallError`. Exercises say so in their statement.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+MODE_ENV = "COURSE_GRADING_MODE"
+RECORD_DIR_ENV = "COURSE_GRADING_RECORD_DIR"
+
+#: Default tolerances by dtype: a correct float32 implementation meets them on CPU and GPU
+#: (different reduction orders, fused kernels), a wrong one does not.
+TOLERANCES: dict[str, tuple[float, float]] = {  # dtype name -> (rtol, atol)
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+    "float32": (1e-4, 1e-5),
+    "float64": (1e-7, 1e-9),
+}
+
+
+class GradingError(Exception):
+    """A problem in the grading set-up itself (unknown exercise, bad registry entry)."""
+
+
+class ReferenceCallError(AssertionError):
+    """The student's function called course_lib's implementation of a graded exercise."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hidden test case: a name a student may see and a deterministic input builder.
+
+    Attributes:
+        name: what the case covers, shown in messages ("float64, batch size 1, padded keys").
+            Never the inputs themselves.
+        inputs: zero-argument callable returning the keyword arguments of the function under
+            test. It must build the same values every time (seeded ``torch.Generator``).
+        rtol, atol: tolerances overriding the dtype defaults of :data:`TOLERANCES`.
+    """
+
+    name: str
+    inputs: Callable[[], dict[str, Any]]
+    rtol: float | None = None
+    atol: float | None = None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A graded exercise: its reference, its hidden cases and how to explain a mismatch.
+
+    Attributes:
+        id: ``"<chapter>.<name>"``, e.g. ``"seq2seq.additive_score"``; ``<chapter>`` names the
+            module ``course_lib.exercises.<chapter>`` that registers it.
+        reference: course_lib's implementation; the student's function must match its outputs.
+        cases: zero-argument callable returning the hidden cases.
+        points: points of the exercise (the nbgrader test cell carries the same number).
+        forbidden: more callables (functions, classes) whose use counts as calling the reference.
+        diagnose: optional ``(inputs, got, expected) -> str | None`` that explains a mismatch in
+            the exercise's own terms ("row 2 does not sum to one", "masked key 4 got weight 0.3").
+            It receives plain values (see :func:`to_plain`) and must not reveal the inputs.
+        call: optional ``(fn, inputs) -> output`` to call the function some other way than
+            ``fn(**inputs)`` (e.g. a step function wrapped around a small model).
+    """
+
+    id: str
+    reference: Callable[..., Any]
+    cases: Callable[[], Sequence[Case]]
+    points: int
+    forbidden: tuple[Callable[..., Any], ...] = ()
+    diagnose: Callable[[Mapping[str, Any], Any, Any], str | None] | None = None
+    call: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None
+
+    @property
+    def chapter(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def run(self, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+        return self.call(fn, inputs) if self.call is not None else fn(**inputs)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+
+def chapter_exercises(chapter: str) -> dict[str, Exercise]:
+    """All exercises of a chapter, by id, from ``course_lib.exercises.<chapter>.EXERCISES``."""
+    try:
+        module = importlib.import_module(f"course_lib.exercises.{chapter}")
+    except ModuleNotFoundError as err:
+        raise GradingError(f"no exercises registered for chapter {chapter!r}") from err
+    exercises = getattr(module, "EXERCISES", None)
+    if not isinstance(exercises, dict):
+        raise GradingError(f"course_lib.exercises.{chapter} has no EXERCISES dict")
+    return exercises
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """Look up an exercise by id, e.g. ``get_exercise("seq2seq.additive_score")``."""
+    if "." not in exercise_id:
+        raise GradingError(f"exercise id {exercise_id!r} is not of the form '<chapter>.<name>'")
+    exercises = chapter_exercises(exercise_id.split(".", 1)[0])
+    if exercise_id not in exercises:
+        known = ", ".join(sorted(exercises))
+        raise GradingError(f"unknown exercise {exercise_id!r}; this chapter has: {known}")
+    return exercises[exercise_id]
+
+
+# --------------------------------------------------------------------------------------------
+# The reference guard
+# --------------------------------------------------------------------------------------------
+
+
+def _code_objects(obj: Any) -> Iterable[Any]:
+    """The code objects whose execution means ``obj`` was used (functions, methods, classes)."""
+    obj = inspect.unwrap(obj) if callable(obj) else obj
+    if inspect.isclass(obj):
+        for value in vars(obj).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if inspect.isfunction(value):
+                yield value.__code__
+    elif inspect.isfunction(obj) or inspect.ismethod(obj):
+        yield obj.__code__
+    elif hasattr(obj, "forward"):  # an nn.Module instance
+        yield from _code_objects(type(obj))
+
+
+def forbidden_code_objects(chapter: str) -> dict[Any, str]:
+    """Code objects of every exercise reference of ``chapter``, mapped to the exercise name."""
+    codes: dict[Any, str] = {}
+    for ex in chapter_exercises(chapter).values():
+        for obj in (ex.reference, *ex.forbidden):
+            for code in _code_objects(obj):
+                codes.setdefault(code, ex.id)
+    return codes
+
+
+def run_guarded(fn: Callable[[], Any], forbidden: Mapping[Any, str]) -> tuple[Any, str | None]:
+    """Run ``fn()`` while watching for calls of forbidden code objects.
+
+    Returns:
+        ``(result, None)``, or ``(result, exercise_id)`` naming the first exercise whose
+        reference implementation was called.
+    """
+    hit: list[str] = []
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and not hit:
+            name = forbidden.get(frame.f_code)
+            if name is not None:
+                hit.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    threading.setprofile(profiler)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(previous)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return result, (hit[0] if hit else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Plain values: what a student's output is allowed to be
+# --------------------------------------------------------------------------------------------
+
+_PLAIN_SCALARS = (bool, int, float, str, type(None))
+
+
+def to_plain(value: Any, path: str = "output") -> Any:
+    """Convert a student's output to plain data: numpy arrays, Python scalars, lists, dicts.
+
+    Only exact types are accepted (``type(x) is torch.Tensor``, not a subclass), so an object that
+    overrides ``__eq__``, ``__torch_function__`` or ``__array__`` cannot pass itself off as a
+    correct answer. Tensors keep their dtype; their device is dropped.
+
+    Raises:
+        AssertionError: naming the offending part (``output[1]``) and its type.
+
+    Example:
+        >>> to_plain((torch.tensor([1.0]), 3))
+        [array([1.], dtype=float32), 3]
+    """
+    kind = type(value)
+    if kind is torch.Tensor:
+        if value.is_complex() or value.dtype in (torch.bfloat16,):
+            value = value.to(torch.float32)
+        return value.detach().to("cpu").numpy().copy()
+    if kind is np.ndarray:
+        if value.dtype == object:
+            raise AssertionError(f"{path} is a NumPy array of Python objects; expected numbers")
+        return value.copy()
+    if kind in _PLAIN_SCALARS:
+        return value
+    if kind in (np.float32, np.float64, np.int32, np.int64, np.bool_):
+        return value.item()
+    if kind in (list, tuple):
+        return [to_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if kind is dict:
+        out = {}
+        for key, v in value.items():
+            if type(key) is not str:
+                raise AssertionError(f"{path} has a key of type {type(key).__name__}; expected str")
+            out[key] = to_plain(v, f"{path}[{key!r}]")
+        return out
+    raise AssertionError(
+        f"{path} is a {kind.__module__}.{kind.__qualname__}; expected a torch.Tensor, a number, "
+        "a string, or a list/tuple/dict of those"
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, list):
+        return f"list of length {len(value)}"
+    if isinstance(value, dict):
+        return f"dict with keys {sorted(value)}"
+    return type(value).__name__
+
+
+def _index_str(flat_index: int, shape: tuple[int, ...]) -> str:
+    if not shape:
+        return "()"
+    return str(tuple(int(i) for i in np.unravel_index(flat_index, shape)))
+
+
+def compare_plain(
+    got: Any, expected: Any, rtol: float | None = None, atol: float | None = None,
+    path: str = "output",
+) -> str | None:
+    """Compare plain values; return ``None`` when they match, else a message saying what differs.
+
+    Float arrays must match in shape and dtype and be close (``|got - expected| <= atol +
+    rtol |expected|``, NaN only where expected); integer, boolean and string values must be equal.
+
+    Example:
+        >>> compare_plain(np.zeros(3), np.ones(3))
+        'output: largest error 1 at index (0,) (got 0, expected 1; tolerance atol=1e-09, rtol=1e-07)'
+    """
+    if isinstance(expected, np.ndarray):
+        if not isinstance(got, np.ndarray):
+            return f"{path}: expected a tensor of shape {tuple(expected.shape)}, got {_describe(got)}"
+        if got.shape != expected.shape:
+            return f"{path}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+        if got.dtype != expected.dtype:
+            return f"{path}: expected dtype {expected.dtype}, got {got.dtype}"
+        if expected.dtype.kind in "fc":
+            default_rtol, default_atol = TOLERANCES.get(str(expected.dtype), (1e-4, 1e-5))
+            rtol = default_rtol if rtol is None else rtol
+            atol = default_atol if atol is None else atol
+            g = got.astype(np.float64)
+            e = expected.astype(np.float64)
+            bad_nan = np.isnan(g) & ~np.isnan(e)
+            if bad_nan.any():
+                i = int(np.flatnonzero(bad_nan)[0])
+                return (f"{path}: NaN at index {_index_str(i, got.shape)} where a number was "
+                        f"expected ({int(bad_nan.sum())} NaN values in all)")
+            with np.errstate(invalid="ignore"):
+                err = np.abs(g - e)
+                err = np.where(np.isnan(e) & np.isnan(g), 0.0, err)
+                err = np.where(np.isinf(e) & (g == e), 0.0, err)
+                err = np.where(np.isnan(err), np.inf, err)
+                excess = err - (atol + rtol * np.abs(np.nan_to_num(e)))
+            if (excess > 0).any():
+                i = int(np.argmax(err))
+                return (f"{path}: largest error {err.flat[i]:.3g} at index "
+                        f"{_index_str(i, got.shape)} (got {g.flat[i]:.6g}, expected "
+                        f"{e.flat[i]:.6g}; tolerance atol={atol:g}, rtol={rtol:g})")
+            return None
+        if not np.array_equal(got, expected):
+            wrong = np.flatnonzero(got.reshape(-1) != expected.reshape(-1))
+            i = int(wrong[0])
+            return (f"{path}: {wrong.size} of {expected.size} values differ; first at index "
+                    f"{_index_str(i, got.shape)} (got {got.flat[i]!r}, expected {expected.flat[i]!r})")
+        return None
+    if isinstance(expected, list):
+        if not isinstance(got, list):
+            return f"{path}: expected a list/tuple of length {len(expected)}, got {_describe(got)}"
+        if len(got) != len(expected):
+            return f"{path}: expected length {len(expected)}, got {len(got)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            msg = compare_plain(g, e, rtol, atol, f"{path}[{i}]")
+            if msg:
+                return msg
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or sorted(got) != sorted(expected):
+            return f"{path}: expected a dict with keys {sorted(expected)}, got {_describe(got)}"
+        for key in expected:
+            msg = compare_plain(got[key], expected[key], rtol, atol, f"{path}[{key!r}]")
+            if msg:
+                return msg
+        return None
+    if isinstance(expected, float) and not isinstance(expected, bool):
+        if type(got) not in (int, float) or isinstance(got, bool):
+            return f"{path}: expected a number, got {_describe(got)}"
+        rtol = 1e-6 if rtol is None else rtol
+        atol = 1e-8 if atol is None else atol
+        if not (math.isclose(got, expected, rel_tol=rtol, abs_tol=atol)
+                or (math.isnan(got) and math.isnan(expected))):
+            return f"{path}: got {got:.6g}, expected {expected:.6g}"
+        return None
+    if type(got) is not type(expected) or got != expected:
+        return f"{path}: got {got!r}, expected {expected!r}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Records (hardened mode): plain arrays in .npz files, never pickles
+# --------------------------------------------------------------------------------------------
+
+
+def _flatten(value: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Describe ``value`` as JSON, moving arrays into ``arrays`` (keys ``a0``, ``a1``...)."""
+    if isinstance(value, np.ndarray):
+        key = f"a{len(arrays)}"
+        arrays[key] = value
+        return {"__array__": key}
+    if isinstance(value, list):
+        return [_flatten(v, arrays) for v in value]
+    if isinstance(value, dict):
+        return {"__dict__": {k: _flatten(v, arrays) for k, v in value.items()}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"__float__": repr(value)}
+    return value
+
+
+def _unflatten(spec: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    if isinstance(spec, dict) and "__array__" in spec:
+        return np.asarray(arrays[spec["__array__"]])
+    if isinstance(spec, dict) and "__dict__" in spec:
+        return {k: _unflatten(v, arrays) for k, v in spec["__dict__"].items()}
+    if isinstance(spec, dict) and "__float__" in spec:
+        return float(spec["__float__"])
+    if isinstance(spec, list):
+        return [_unflatten(v, arrays) for v in spec]
+    return spec
+
+
+def record_path(root: Path, exercise_id: str, case_index: int) -> Path:
+    return Path(root) / exercise_id / f"case{case_index:02d}.npz"
+
+
+def save_record(path: Path, *, output: Any = None, error: str | None = None,
+                reference_called: str | None = None) -> None:
+    """Write one case's outcome: the plain output, or the error a student's code raised."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "error": error,
+        "reference_called": reference_called,
+        "output": None if error else _flatten(output, arrays),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, __meta__=np.array(json.dumps(meta)), **arrays)
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """Read a record written by :func:`save_record` (``allow_pickle=False``: data only)."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["__meta__"]))
+        arrays = {k: data[k] for k in data.files if k != "__meta__"}
+    if meta.get("output") is not None:
+        meta["output"] = _unflatten(meta["output"], arrays)
+    return meta
+
+
+# --------------------------------------------------------------------------------------------
+# The entry point
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one case: ``message`` is ``None`` when it passed."""
+
+    index: int
+    name: str
+    message: str | None = None
+    reference_called: str | None = None
+
+
+def run_student(ex: Exercise, fn: Callable[..., Any], case: Case,
+                forbidden: Mapping[Any, str]) -> tuple[Any, str | None, str | None]:
+    """Run the student's function on one case: ``(plain output, error message, reference hit)``."""
+    inputs = case.inputs()
+    try:
+        raw, hit = run_guarded(lambda: ex.run(fn, inputs), forbidden)
+    except Exception as err:  # the student's code raised: that is this case's verdict
+        return None, f"your function raised {type(err).__name__}: {err}", None
+    if hit is not None:
+        return None, None, hit
+    try:
+        return to_plain(raw), None, None
+    except AssertionError as err:
+        return None, str(err), None
+
+
+def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None) -> str | None:
+    """Compare one case's student outcome with the reference; ``None`` when it passes."""
+    if hit is not None:
+        return (f"your solution calls course_lib's implementation of {hit!r}; graded exercises "
+                "must be solved with your own code (torch operations are fine)")
+    if error is not None:
+        return error
+    inputs = case.inputs()
+    expected = to_plain(ex.run(ex.reference, inputs))
+    msg = compare_plain(got, expected, case.rtol, case.atol)
+    if msg and ex.diagnose is not None:
+        extra = ex.diagnose(inputs, got, expected)
+        if extra:
+            msg = f"{extra}\n    ({msg})"
+    return msg
+
+
+def evaluate(exercise_id: str, fn: Callable[..., Any]) -> list[CaseResult]:
+    """Run and judge every hidden case in this process (compare mode)."""
+    ex = get_exercise(exercise_id)
+    forbidden = forbidden_code_objects(ex.chapter)
+    results = []
+    for k, case in enumerate(ex.cases()):
+        got, error, hit = run_student(ex, fn, case, forbidden)
+        results.append(CaseResult(k, case.name, judge(ex, case, got, error, hit), hit))
+    return results
+
+
+def record(exercise_id: str, fn: Callable[..., Any], root: Path) -> None:
+    """Run every hidden case and write the outcomes under ``root`` (record mode)."""
+    ex = get_exercise(exercise_id)
+    forbidden = forbidden_code_objects(ex.chapter)
+    for k, case in enumerate(ex.cases()):
+        got, error, hit = run_student(ex, fn, case, forbidden)
+        save_record(record_path(root, exercise_id, k), output=got, error=error,
+                    reference_called=hit)
+
+
+def format_failures(exercise_id: str, results: Sequence[CaseResult]) -> str | None:
+    """One message for all failed cases, or ``None`` when every case passed."""
+    failed = [r for r in results if r.message]
+    if not failed:
+        return None
+    if any(r.reference_called for r in failed):
+        return next(r.message for r in failed if r.reference_called)
+    lines = [f"{exercise_id}: {len(failed)} of {len(results)} hidden test cases failed."]
+    for r in failed:
+        lines.append(f"  case {r.index + 1} ({r.name}): {r.message}")
+    return "\n".join(lines)
+
+
+def check(exercise_id: str, fn: Callable[..., Any]) -> None:
+    """Run the hidden tests of one exercise on the student's function ``fn``.
+
+    In compare mode raises ``AssertionError`` listing the failed cases (what is wrong, never the
+    hidden inputs); in record mode writes the outputs for the trusted grader and returns.
+
+    Example (a hidden test cell):
+        >>> check("seq2seq.additive_score", additive_score)  # doctest: +SKIP
+    """
+    if not callable(fn):
+        raise AssertionError(f"{exercise_id}: expected a function, got {type(fn).__name__}")
+    mode = os.environ.get(MODE_ENV, "compare")
+    if mode == "record":
+        root = os.environ.get(RECORD_DIR_ENV)
+        if not root:
+            raise GradingError(f"{MODE_ENV}=record needs {RECORD_DIR_ENV}")
+        record(exercise_id, fn, Path(root))
+        return
+    message = format_failures(exercise_id, evaluate(exercise_id, fn))
+    if message:
+        if "calls course_lib's implementation" in message:
+            raise ReferenceCallError(message)
+        raise AssertionError(message)
+    print(f"{exercise_id}: all hidden test cases passed.")
