@@ -1,0 +1,221 @@
+"""Tests of course_lib.grading: plain values, comparison messages, records, the reference guard."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib import grading
+from course_lib.grading import Case, Exercise, ReferenceCallError
+
+
+# A tiny chapter registered for these tests only: module course_lib.exercises.toychapter.
+def _ref_double(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+def _ref_rowsum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(-1)
+
+
+class _RefModule(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+def _cases() -> list[Case]:
+    def make(seed: int, shape: tuple[int, ...], dtype: torch.dtype):
+        def inputs():
+            g = torch.Generator().manual_seed(seed)
+            return {"x": torch.randn(shape, generator=g, dtype=dtype)}
+        return inputs
+    return [Case("float32, 2x3", make(0, (2, 3), torch.float32)),
+            Case("float64, batch size 1", make(1, (1, 4), torch.float64))]
+
+
+@pytest.fixture()
+def toy_chapter(monkeypatch: pytest.MonkeyPatch):
+    module = types.ModuleType("course_lib.exercises.toychapter")
+    exercises = [
+        Exercise(id="toychapter.double", reference=_ref_double, cases=_cases, points=2),
+        Exercise(id="toychapter.rowsum", reference=_ref_rowsum, cases=_cases, points=1,
+                 forbidden=(_RefModule,),
+                 diagnose=lambda inputs, got, expected: "the sum runs over the wrong axis"),
+    ]
+    module.EXERCISES = {ex.id: ex for ex in exercises}
+    monkeypatch.setitem(sys.modules, "course_lib.exercises.toychapter", module)
+    return module
+
+
+# ---- to_plain ---------------------------------------------------------------------------------
+
+def test_to_plain_converts_nested_tensors_and_keeps_dtype() -> None:
+    plain = grading.to_plain((torch.ones(2, dtype=torch.float64), [3, "a"], {"k": torch.tensor(1)}))
+    assert plain[0].dtype == np.float64 and plain[0].tolist() == [1.0, 1.0]
+    assert plain[1] == [3, "a"]
+    assert plain[2]["k"].tolist() == 1
+
+
+class _AlwaysEqual:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+class _SneakyTensor(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (_AlwaysEqual(), "_AlwaysEqual"),
+    (torch.zeros(2).as_subclass(_SneakyTensor), "_SneakyTensor"),
+    (np.array([object()]), "Python objects"),
+    ([torch.zeros(1), _AlwaysEqual()], "output[1]"),
+])
+def test_to_plain_rejects_objects_that_could_fake_equality(value: object, fragment: str) -> None:
+    with pytest.raises(AssertionError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        grading.to_plain(value)
+
+
+# ---- compare_plain ----------------------------------------------------------------------------
+
+def test_compare_accepts_values_within_tolerance() -> None:
+    e = np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)
+    assert grading.compare_plain(e + 1e-7, e) is None
+
+
+@pytest.mark.parametrize("got, expected, fragment", [
+    (np.zeros((3, 2)), np.zeros((2, 3)), "expected shape (2, 3), got (3, 2)"),
+    (np.zeros(3, np.float32), np.zeros(3), "expected dtype float64, got float32"),
+    (np.array([0.0, 0.5, 0.0]), np.zeros(3), "largest error 0.5 at index (1,)"),
+    (np.array([0.0, np.nan]), np.zeros(2), "NaN at index (1,)"),
+    (np.array([1, 2, 4]), np.array([1, 2, 3]), "first at index (2,)"),
+    ([np.zeros(1)], [np.zeros(1), np.zeros(1)], "expected length 2, got 1"),
+    (3, [np.zeros(1)], "expected a list/tuple"),
+    (0.5, 0.25, "got 0.5, expected 0.25"),
+])
+def test_compare_explains_the_mismatch(got: object, expected: object, fragment: str) -> None:
+    message = grading.compare_plain(got, expected)
+    assert message is not None and fragment in message
+
+
+def test_compare_treats_matching_infinities_and_nans_as_equal() -> None:
+    e = np.array([np.inf, -np.inf, np.nan, 1.0])
+    assert grading.compare_plain(e.copy(), e) is None
+
+
+# ---- records ----------------------------------------------------------------------------------
+
+def test_record_round_trip_without_pickle(tmp_path) -> None:
+    out = grading.to_plain((torch.arange(3), {"w": torch.ones(2, 2)}, 1.5, float("inf"), "x"))
+    path = grading.record_path(tmp_path, "toychapter.double", 3)
+    grading.save_record(path, output=out)
+    back = grading.load_record(path)
+    assert back["error"] is None and back["reference_called"] is None
+    assert grading.compare_plain(back["output"], out) is None
+    assert path.name == "case03.npz"
+
+
+def test_record_keeps_errors_and_reference_hits(tmp_path) -> None:
+    path = tmp_path / "r.npz"
+    grading.save_record(path, error="boom", reference_called="toychapter.double")
+    assert grading.load_record(path) == {"error": "boom", "output": None,
+                                         "reference_called": "toychapter.double"}
+
+
+# ---- the reference guard ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("student", [
+    lambda x: _ref_double(x),
+    functools.partial(_ref_double),
+    lambda x: 2 * x + 0 * _ref_rowsum(x).sum(),  # another exercise of the same chapter
+    lambda x: _RefModule()(x) - 1 + x,            # a forbidden class
+])
+def test_guard_detects_every_route_to_a_reference(toy_chapter, student) -> None:
+    with pytest.raises(ReferenceCallError, match="calls course_lib's implementation"):
+        grading.check("toychapter.double", student)
+
+
+def test_guard_sees_calls_made_in_threads(toy_chapter) -> None:
+    import concurrent.futures
+
+    def student(x):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(_ref_double, x).result()
+
+    with pytest.raises(ReferenceCallError):
+        grading.check("toychapter.double", student)
+
+
+def test_guard_restores_an_existing_profiler(toy_chapter) -> None:
+    def keep(frame, event, arg):
+        return None
+    sys.setprofile(keep)
+    try:
+        grading.check("toychapter.double", lambda x: x * 2)
+        assert sys.getprofile() is keep
+    finally:
+        sys.setprofile(None)
+
+
+# ---- check / evaluate -------------------------------------------------------------------------
+
+def test_correct_solution_passes(toy_chapter, capsys) -> None:
+    grading.check("toychapter.double", lambda x: x + x)
+    assert "all hidden test cases passed" in capsys.readouterr().out
+
+
+def test_wrong_solution_fails_with_case_names_but_no_inputs(toy_chapter) -> None:
+    with pytest.raises(AssertionError) as info:
+        grading.check("toychapter.double", lambda x: 3 * x)
+    text = str(info.value)
+    assert "2 of 2 hidden test cases failed" in text
+    assert "float64, batch size 1" in text and "largest error" in text
+    assert "tensor(" not in text  # no hidden input is printed
+
+
+def test_diagnose_adds_the_exercise_specific_explanation(toy_chapter) -> None:
+    with pytest.raises(AssertionError, match="the sum runs over the wrong axis"):
+        grading.check("toychapter.rowsum", lambda x: x.sum(0))
+
+
+def test_crash_wrong_type_and_not_callable_are_reported(toy_chapter) -> None:
+    def crash(x):
+        raise NotImplementedError()
+    with pytest.raises(AssertionError, match="your function raised NotImplementedError"):
+        grading.check("toychapter.double", crash)
+    with pytest.raises(AssertionError, match="_AlwaysEqual"):
+        grading.check("toychapter.double", lambda x: _AlwaysEqual())
+    with pytest.raises(AssertionError, match="expected a function"):
+        grading.check("toychapter.double", None)  # type: ignore[arg-type]
+
+
+def test_float32_dtype_must_be_kept(toy_chapter) -> None:
+    with pytest.raises(AssertionError, match="expected dtype float64, got float32"):
+        grading.check("toychapter.double", lambda x: (2 * x).float())
+
+
+def test_record_mode_writes_outputs_and_never_raises(toy_chapter, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(grading.MODE_ENV, "record")
+    monkeypatch.setenv(grading.RECORD_DIR_ENV, str(tmp_path))
+    grading.check("toychapter.double", lambda x: 3 * x)  # wrong, but recording does not judge
+    grading.check("toychapter.rowsum", lambda x: _ref_rowsum(x))
+    ex = grading.get_exercise("toychapter.double")
+    for k, case in enumerate(ex.cases()):
+        rec = grading.load_record(grading.record_path(tmp_path, ex.id, k))
+        assert grading.judge(ex, case, rec["output"], rec["error"], rec["reference_called"])
+    rec = grading.load_record(grading.record_path(tmp_path, "toychapter.rowsum", 0))
+    assert rec["reference_called"] == "toychapter.rowsum"
+
+
+def test_unknown_exercises_are_named(toy_chapter) -> None:
+    with pytest.raises(grading.GradingError, match="this chapter has: toychapter.double"):
+        grading.get_exercise("toychapter.nope")
+    with pytest.raises(grading.GradingError, match="no exercises registered"):
+        grading.get_exercise("nochapter.x")
+    with pytest.raises(grading.GradingError, match="not of the form"):
+        grading.get_exercise("double")
