@@ -5,12 +5,15 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# MathJax served by the site itself (from the npm registry, pinned): pages render math offline.
+MATHJAX_VERSION := 3.2.2
+MATHJAX := _build/vendor/static/mathjax/tex-mml-chtml.js
 # Chromium drives the browser check of the website; bubblewrap sandboxes student code.
 SYSDEPS := chromium chromium-driver bubblewrap
 
 .PHONY: setup sysdeps book test test-fast release grade clean
 
-setup: $(STAMP) sysdeps
+setup: $(STAMP) sysdeps $(MATHJAX)
 
 # torch==2.13.0 goes first: asked for any other way, pip fetches gigabytes of CUDA wheels.
 $(STAMP): requirements-dev.txt pyproject.toml
@@ -31,6 +34,15 @@ sysdeps:
 	  echo "installing system packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+$(MATHJAX):
+	rm -rf _build/vendor/npm _build/vendor/static/mathjax
+	mkdir -p _build/vendor/npm _build/vendor/static/mathjax/input/tex
+	npm install --silent --no-audit --no-fund --prefix _build/vendor/npm mathjax@$(MATHJAX_VERSION)
+	cd _build/vendor/npm/node_modules/mathjax/es5 && \
+	  cp -r tex-mml-chtml.js output ui a11y $(CURDIR)/_build/vendor/static/mathjax/ && \
+	  cp -r input/tex/extensions $(CURDIR)/_build/vendor/static/mathjax/input/tex/
+	rm -rf _build/vendor/npm
 
 # The website, executed (cached in _build/.jupyter_cache), warnings are errors.
 book: setup

@@ -1,0 +1,77 @@
+"""Shared helpers of the test suite: where things are, and how to execute a notebook."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chapter_slugs() -> list[str]:
+    """``["01-seq2seq", ...]``: every chapter that has an instructor source notebook."""
+    return sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
+
+
+def source_notebook(slug: str) -> Path:
+    (path,) = sorted((ROOT / "solutions" / slug).glob("*.ipynb"))
+    return path
+
+
+def release_notebook(slug: str) -> Path:
+    return ROOT / "chapters" / slug / source_notebook(slug).name
+
+
+def exercise_chapter(slug: str) -> str:
+    """The exercise-id prefix of a chapter: ``"02-self-attention"`` -> ``"self_attention"``."""
+    return slug.split("-", 1)[1].replace("-", "_")
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def nbgrader_meta(cell: dict[str, Any]) -> dict[str, Any]:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def execute(path: Path, *, quick: bool, timeout: int = 600) -> Any:
+    """Execute a notebook in its own folder, every cell even after errors, and return it."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    env_backup = dict(os.environ)
+    try:
+        if quick:
+            os.environ["COURSE_LIB_QUICK"] = "1"
+        else:
+            os.environ.pop("COURSE_LIB_QUICK", None)
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                         allow_errors=True,
+                                         resources={"metadata": {"path": str(path.parent)}})
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(env_backup)
+    return nb
+
+
+def cell_errors(nb: Any) -> dict[int, str]:
+    """``{cell index: "ExceptionName: message"}`` for every code cell that raised."""
+    errors = {}
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                errors[i] = f"{out['ename']}: {out['evalue']}"
+    return errors
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT

@@ -1,0 +1,105 @@
+"""The website: the book builds with warnings as errors, pages carry their Colab launch button,
+the executed chapters reach the accuracy the text claims, and a real browser renders the math.
+
+The build runs every chapter in full mode (as published), once; jupyter-cache keeps the results in
+_build/.jupyter_cache, so `make book` after `make test` re-executes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from course_lib.book import read_glue
+from tests.conftest import ROOT, chapter_slugs, release_notebook
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
+
+BUILD = ROOT / "_build"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def built_book() -> Path:
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_LIB_QUICK"}
+    env["MPLBACKEND"] = "Agg"
+    jb = Path(sys.executable).with_name("jupyter-book")
+    done = subprocess.run([str(jb), "build", str(ROOT), "--warningiserror", "--nitpick",
+                           "--keep-going"], cwd=ROOT, env=env, capture_output=True, text=True)
+    log = done.stdout + done.stderr
+    (BUILD / "build.log").parent.mkdir(exist_ok=True)
+    (BUILD / "build.log").write_text(log)
+    assert done.returncode == 0, log[-6000:]
+    assert not re.search(r"\bWARNING\b", log), log[-6000:]
+    return BUILD / "html"
+
+
+def _page(slug: str) -> Path:
+    return Path("chapters") / slug / release_notebook(slug).with_suffix(".html").name
+
+
+@pytest.mark.parametrize("slug", chapter_slugs())
+def test_chapter_page_has_its_colab_launch_button(built_book: Path, slug: str) -> None:
+    html = (built_book / _page(slug)).read_text()
+    repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    target = (f"https://colab.research.google.com/github/{repo}/blob/"
+              f"{CONFIG['repository']['branch']}/chapters/{slug}/{release_notebook(slug).name}")
+    assert target in html
+
+
+@pytest.mark.parametrize("slug", chapter_slugs())
+def test_chapter_page_shows_plots_and_no_solutions(built_book: Path, slug: str) -> None:
+    html = (built_book / _page(slug)).read_text()
+    images = re.findall(r'<img[^>]+src="([^"]+\.png)"', html)
+    assert len(images) >= 3, "each chapter shows its experiments' plots"
+    for src in images:
+        assert (built_book / _page(slug).parent / src).resolve().is_file(), src
+    assert "BEGIN SOLUTION" not in html and "grading.check" not in html
+    assert "NotImplementedError" not in html, "exercise test cells hide their failures on the site"
+
+
+def _executed(slug: str) -> dict:
+    path = BUILD / "jupyter_execute" / "chapters" / slug / release_notebook(slug).name
+    return json.loads(path.read_text())
+
+
+def test_chapter_1_reaches_its_accuracy_claims(built_book: Path) -> None:
+    glued = read_glue(_executed("01-seq2seq"))
+    with_attention = float(glued["ch1_acc_attention"])
+    without = float(glued["ch1_acc_no_attention"])
+    assert with_attention >= 0.95, f"attention model: {with_attention:.3f} exact match"
+    assert with_attention > without
+
+
+def test_run_times_are_recorded_for_every_chapter(built_book: Path) -> None:
+    from jupyter_cache import get_cache
+
+    records = get_cache(str(BUILD / ".jupyter_cache")).list_cache_records()
+    timed = {Path(r.uri).name: r.data.get("execution_seconds") for r in records}
+    for slug in chapter_slugs():
+        assert timed.get(release_notebook(slug).name), f"{slug} has no recorded execution time"
+
+
+def test_browser_renders_math_and_the_launch_menu(built_book: Path, tmp_path: Path) -> None:
+    assert shutil.which("chromium"), "chromium is missing: `make sysdeps` installs it"
+    page = built_book / _page("01-seq2seq")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000"]
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
+    assert "mjx-container" in dom, "MathJax typeset the equations"
+    assert "colab.research.google.com" in dom
+    shot = BUILD / "screenshots" / "01-seq2seq.png"
+    shot.parent.mkdir(exist_ok=True)
+    subprocess.run(["chromium", *flags, "--window-size=1280,2400", f"--screenshot={shot}",
+                    page.as_uri()], capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000

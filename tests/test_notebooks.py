@@ -1,0 +1,112 @@
+"""Every chapter's notebooks: structure, conventions, execution of the solution and of the release.
+
+Execution here runs in quick mode (COURSE_LIB_QUICK=1: demos train for a few steps), because it
+checks that every cell runs and how the exercises grade in the kernel; the full-length run is the
+book build (tests/test_book.py), whose run times `bench/chapter_times.py` reports.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from course_lib import grading
+from tests.conftest import (ROOT, cell_errors, chapter_slugs, execute, exercise_chapter, load,
+                            nbgrader_meta, release_notebook, source_notebook)
+
+SLUGS = chapter_slugs()
+
+
+def test_there_are_chapters() -> None:
+    assert "01-seq2seq" in SLUGS
+
+
+def _exercise_cells(nb: dict) -> tuple[list[dict], list[dict]]:
+    solutions = [c for c in nb["cells"] if nbgrader_meta(c).get("solution")]
+    tests = [c for c in nb["cells"] if nbgrader_meta(c).get("grade")]
+    return solutions, tests
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_source_notebook_follows_the_chapter_template(slug: str) -> None:
+    nb = load(source_notebook(slug))
+    cells = nb["cells"]
+    assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert not [i for i, c in enumerate(cells) if c["cell_type"] == "code" and c.get("outputs")], \
+        "source notebooks are committed without outputs"
+    assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# ")
+    setup = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    assert len(setup) == 1, "exactly one setup cell (tag 'setup')"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["url"] in "".join(setup[0]["source"]), \
+        "the setup cell installs course_lib from the repository named in _config.yml"
+
+    solutions, tests = _exercise_cells(nb)
+    chapter = exercise_chapter(slug)
+    registry = grading.chapter_exercises(chapter)
+    assert len(solutions) >= 6, "at least six graded exercises"
+    assert len(tests) == len(solutions)
+    total = 0
+    for sol, test in zip(solutions, tests):
+        name = nbgrader_meta(sol)["grade_id"]
+        meta = nbgrader_meta(test)
+        assert meta["grade_id"] == f"{name}_test", f"test cell of {name} is {meta['grade_id']}"
+        assert cells.index(test) > cells.index(sol)
+        assert set(test["metadata"].get("tags", [])) >= {"raises-exception", "remove-output"}
+        source = "".join(test["source"])
+        call = f'grading.check("{chapter}.{name}", {name})'
+        assert "### BEGIN HIDDEN TESTS" in source and call in source, f"{name}: hidden test {call}"
+        assert "### BEGIN SOLUTION" in "".join(sol["source"])
+        assert f"{chapter}.{name}" in registry, f"{chapter}.{name} is not registered"
+        assert registry[f"{chapter}.{name}"].points == meta["points"], f"{name}: points differ"
+        total += meta["points"]
+    assert re.search(rf"\b{total} points\b", "".join(cells[0]["source"])), \
+        f"the title cell states the total, {total} points"
+    assert sorted(registry) == sorted(f"{chapter}.{nbgrader_meta(s)['grade_id']}" for s in solutions)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_release_is_in_sync_with_the_source(slug: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "autograder", "check-release", slug], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_release_has_no_solutions_and_no_hidden_tests(slug: str) -> None:
+    text = release_notebook(slug).read_text()
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "grading.check(" not in text
+    source = load(source_notebook(slug))
+    for cell in source["cells"]:
+        if nbgrader_meta(cell).get("solution"):
+            body = "".join(cell["source"]).split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+            lines = [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 30]
+            assert not any(ln in text for ln in lines), "a solution line leaked into the release"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", SLUGS)
+def test_solution_runs_with_every_visible_and_hidden_test_passing(slug: str) -> None:
+    nb = execute(source_notebook(slug), quick=True)
+    assert cell_errors(nb) == {}
+    outputs = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    n = sum(1 for c in nb.cells if nbgrader_meta(c).get("grade"))
+    assert outputs.count("visible tests passed") == n
+    assert outputs.count("all hidden test cases passed") == n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", SLUGS)
+def test_student_release_fails_only_in_the_exercise_test_cells(slug: str) -> None:
+    nb = execute(release_notebook(slug), quick=True)
+    errors = cell_errors(nb)
+    tests = {i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade")}
+    assert set(errors) == tests, (
+        f"cells that raised: {sorted(errors)}; exercise test cells: {sorted(tests)}; "
+        f"unexpected: { {i: errors[i] for i in set(errors) - tests} }")
+    assert all(e.startswith("NotImplementedError") for e in errors.values()), errors
