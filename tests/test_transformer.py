@@ -1,0 +1,369 @@
+"""Tests of course_lib.transformer: known answers, properties, and peers (torch.nn.Transformer*)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_lib import transformer as tf
+from course_lib.attention import causal_mask
+
+pytestmark = pytest.mark.ch03
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
+D, H, D_FF = 16, 4, 32
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _padding(lengths: list[int], T: int, device: str) -> torch.Tensor:
+    return torch.arange(T, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+
+
+# --------------------------------------------------------------------------------------------
+# Peer equivalence with copied weights
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_torch(device: str, dtype: torch.dtype, norm_first: bool) -> None:
+    torch.manual_seed(0)
+    theirs = nn.TransformerEncoderLayer(D, H, D_FF, dropout=0.0, activation="relu",
+                                        batch_first=True, norm_first=norm_first)
+    ours = tf.EncoderLayer(D, H, D_FF, dropout=0.0, norm_first=norm_first)
+    tf.copy_from_torch_encoder_layer(ours, theirs)
+    theirs.to(device, dtype).eval()
+    ours.to(device, dtype).eval()
+    x = torch.randn(3, 6, D, generator=_gen(1), dtype=dtype).to(device)
+    padding = _padding([6, 4, 1], 6, device)  # True = real token
+    got, _ = ours(x, mask=tf.key_padding_mask(padding))
+    expected = theirs(x, src_key_padding_mask=~padding)  # torch: True = NOT allowed
+    # torch's fast path may emit zeros at padded query rows; compare the real positions.
+    torch.testing.assert_close(got[padding], expected[padding], **TOL[dtype])
+    # A full (T, T) attention mask too: causal.
+    got, _ = ours(x, mask=causal_mask(6, device))
+    expected = theirs(x, src_mask=~causal_mask(6, device))
+    torch.testing.assert_close(got, expected, **TOL[dtype])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_torch(device: str, dtype: torch.dtype, norm_first: bool) -> None:
+    torch.manual_seed(0)
+    theirs = nn.TransformerDecoderLayer(D, H, D_FF, dropout=0.0, activation="relu",
+                                        batch_first=True, norm_first=norm_first)
+    ours = tf.DecoderLayer(D, H, D_FF, dropout=0.0, norm_first=norm_first)
+    tf.copy_from_torch_decoder_layer(ours, theirs)
+    theirs.to(device, dtype).eval()
+    ours.to(device, dtype).eval()
+    y = torch.randn(2, 5, D, generator=_gen(2), dtype=dtype).to(device)
+    memory = torch.randn(2, 7, D, generator=_gen(3), dtype=dtype).to(device)
+    src_padding = _padding([7, 3], 7, device)
+    self_mask = causal_mask(5, device)
+    got, _ = ours(y, memory, self_mask=self_mask, memory_mask=tf.key_padding_mask(src_padding))
+    expected = theirs(y, memory, tgt_mask=~self_mask, memory_key_padding_mask=~src_padding)
+    torch.testing.assert_close(got, expected, **TOL[dtype])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_encoder_decoder_body_matches_nn_transformer(device: str, dtype: torch.dtype,
+                                                     norm_first: bool) -> None:
+    torch.manual_seed(0)
+    config = tf.TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, d_model=D, n_heads=H,
+                                  n_encoder_layers=2, n_decoder_layers=3, d_ff=D_FF, dropout=0.0,
+                                  norm_first=norm_first)
+    theirs = nn.Transformer(D, H, num_encoder_layers=2, num_decoder_layers=3,
+                            dim_feedforward=D_FF, dropout=0.0, activation="relu",
+                            batch_first=True, norm_first=norm_first)
+    if not norm_first:  # post-norm stacks end normalised already; ours has no final norms
+        theirs.encoder.norm = None
+        theirs.decoder.norm = None
+    ours = tf.Transformer(config)
+    tf.copy_from_torch_transformer(ours, theirs)
+    theirs.to(device, dtype).eval()
+    ours.to(device, dtype).eval()
+    src = torch.randint(11, (2, 6), generator=_gen(4)).to(device)
+    tgt = torch.randint(13, (2, 4), generator=_gen(5)).to(device)
+    src_padding = _padding([6, 2], 6, device)
+    x_src = ours.src_embed(src)
+    x_tgt = ours.tgt_embed(tgt)
+    memory, _ = ours.encoder(x_src, tf.key_padding_mask(src_padding))
+    got, _ = ours.decoder(x_tgt, memory, causal_mask(4, device), tf.key_padding_mask(src_padding))
+    expected = theirs(x_src, x_tgt, tgt_mask=~causal_mask(4, device),
+                      src_key_padding_mask=~src_padding, memory_key_padding_mask=~src_padding)
+    torch.testing.assert_close(got, expected, **TOL[dtype])
+    # And the model's own decode path gives lm_head of the same body output.
+    logits, _ = ours.decode(tgt, ours.encode(src, src_padding)[0], src_padding)
+    torch.testing.assert_close(logits, ours.lm_head(expected), **TOL[dtype])
+
+
+def test_copy_into_wrong_sizes_fails() -> None:
+    theirs = nn.TransformerEncoderLayer(D, H, D_FF, batch_first=True)
+    ours = tf.EncoderLayer(2 * D, H, D_FF)
+    with pytest.raises(RuntimeError):
+        tf.copy_from_torch_encoder_layer(ours, theirs)
+
+
+# --------------------------------------------------------------------------------------------
+# Known answers
+# --------------------------------------------------------------------------------------------
+
+
+def test_feed_forward_known_answer_and_memory_reading() -> None:
+    ff = tf.FeedForward(2, 3)
+    with torch.no_grad():
+        ff.linear1.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]))
+        ff.linear1.bias.zero_()
+        ff.linear2.weight.copy_(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+        ff.linear2.bias.copy_(torch.tensor([0.5, -0.5]))
+    x = torch.tensor([[2.0, -1.0]])
+    # coefficients relu([2, -1, -1]) = [2, 0, 0]; output 2 * value_0 + b2 = 2 * [1, 4] + b2
+    torch.testing.assert_close(ff.memory_coefficients(x), torch.tensor([[2.0, 0.0, 0.0]]))
+    torch.testing.assert_close(ff(x), torch.tensor([[2.5, 7.5]]))
+    # Sum of coefficient-weighted values plus b2 is the output, for random inputs too.
+    x = torch.randn(4, 2, generator=_gen(0))
+    coeffs = ff.memory_coefficients(x)  # (4, 3)
+    torch.testing.assert_close(ff(x), coeffs @ ff.values + ff.linear2.bias)
+    assert ff.keys.shape == (3, 2) and ff.values.shape == (3, 2)
+
+
+def test_sinusoidal_table_known_values() -> None:
+    table = tf.sinusoidal_table(50, 8)
+    t, i = 7, 2
+    assert table[t, 2 * i].item() == pytest.approx(math.sin(t / 10000 ** (2 * i / 8)), abs=1e-6)
+    assert table[t, 2 * i + 1].item() == pytest.approx(math.cos(t / 10000 ** (2 * i / 8)), abs=1e-6)
+    with pytest.raises(ValueError, match="even d_model"):
+        tf.sinusoidal_table(4, 5)
+
+
+def test_bert_and_gpt_masks_by_hand() -> None:
+    padding = torch.tensor([[True, True, True], [True, True, False]])
+    bert = tf.bert_attention_mask(padding)
+    gpt = tf.gpt_attention_mask(padding)
+    assert bert.shape == gpt.shape == (2, 1, 3, 3)
+    assert bert[0, 0].all()
+    assert bert[1, 0].tolist() == [[True, True, False]] * 3
+    assert gpt[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert gpt[1, 0].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+
+
+def test_mask_tokens_rules() -> None:
+    tokens = torch.arange(4, 4 + 2000).reshape(40, 50) % 30 + 2  # ids 2..31, never the mask id
+    special = torch.zeros_like(tokens, dtype=torch.bool)
+    special[:, 0] = True
+    inputs, targets = tf.mask_tokens(tokens, mask_id=1, vocab_size=32, generator=_gen(0),
+                                     special=special)
+    selected = targets != tf.IGNORE_INDEX
+    assert not selected[:, 0].any(), "special positions must never be selected"
+    assert torch.equal(targets[selected], tokens[selected])
+    assert torch.equal(inputs[~selected], tokens[~selected])
+    frac = selected.float().mean().item()
+    assert 0.12 < frac < 0.18
+    masked = (inputs == 1) & selected
+    kept = (inputs == tokens) & selected
+    assert 0.74 < masked.sum().item() / selected.sum().item() < 0.86
+    assert 0.05 < kept.sum().item() / selected.sum().item() < 0.16  # 10% kept + random hits
+    # Reproducible with the same seed; the documented draw order.
+    again = tf.mask_tokens(tokens, 1, 32, generator=_gen(0), special=special)
+    assert torch.equal(again[0], inputs) and torch.equal(again[1], targets)
+    g = _gen(0)
+    u = torch.rand(tokens.shape, generator=g)
+    assert torch.equal(selected, (u < 0.15) & ~special)
+
+
+def test_mlm_and_next_token_losses_by_hand() -> None:
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])  # (1, 3, 3)
+    # MLM: only position 0 (target 0) and 2 (target 1) count.
+    targets = torch.tensor([[0, tf.IGNORE_INDEX, 1]])
+    lse0 = math.log(math.exp(2) + 2)
+    lse2 = math.log(math.exp(1) + 2)
+    expected = ((lse0 - 2) + (lse2 - 1)) / 2
+    assert tf.masked_lm_loss(logits, targets).item() == pytest.approx(expected, rel=1e-6)
+    # Next token on tokens [0, 0, 1]: position 0 predicts 0, position 1 predicts 1.
+    tokens = torch.tensor([[0, 0, 1]])
+    expected = ((lse0 - 2) + math.log(3)) / 2
+    assert tf.next_token_loss(logits, tokens).item() == pytest.approx(expected, rel=1e-6)
+    # Padding the last token drops the second target.
+    padding = torch.tensor([[True, True, False]])
+    assert tf.next_token_loss(logits, tokens, padding).item() == pytest.approx(lse0 - 2, rel=1e-6)
+    with pytest.raises(ValueError, match="do not match"):
+        tf.next_token_loss(logits, tokens[:, :2])
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter counts
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("tie", [False, True])
+def test_parameter_formula_equals_numel(norm_first: bool, tie: bool) -> None:
+    vocab_t = 17 if tie else 19
+    config = tf.TransformerConfig(src_vocab_size=17, tgt_vocab_size=vocab_t, d_model=24,
+                                  n_heads=3, n_encoder_layers=2, n_decoder_layers=3, d_ff=40,
+                                  norm_first=norm_first, tie_embeddings=tie)
+    model = tf.Transformer(config)
+    assert tf.transformer_params(config)["total"] == tf.count_parameters(model)
+    assert tf.encoder_layer_params(24, 40) == tf.count_parameters(model.encoder.layers[0])
+    assert tf.decoder_layer_params(24, 40) == tf.count_parameters(model.decoder.layers[0])
+    d = 24
+    assert tf.encoder_layer_params(d, 40) == 4 * d * d + 4 * d + 2 * d * 40 + 40 + d + 4 * d
+
+
+def test_gpt_rule_of_thumb_close_for_wide_models() -> None:
+    d, L = 768, 12  # GPT-2 small: 12 d^2 L = 85M, the exact stack count is within 0.5%
+    exact = L * tf.encoder_layer_params(d, 4 * d)
+    assert abs(exact - tf.gpt_params_approx(d, L)) / exact < 0.005
+
+
+def test_tie_embeddings_needs_one_vocabulary() -> None:
+    with pytest.raises(ValueError, match="shared vocabulary"):
+        tf.Transformer(tf.TransformerConfig(src_vocab_size=5, tgt_vocab_size=6,
+                                            tie_embeddings=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+def _small_model(norm_first: bool = False, dtype: torch.dtype = torch.float64) -> tf.Transformer:
+    torch.manual_seed(0)
+    config = tf.TransformerConfig(src_vocab_size=9, tgt_vocab_size=10, d_model=D, n_heads=H,
+                                  d_ff=D_FF, dropout=0.0, norm_first=norm_first)
+    return tf.Transformer(config).to(dtype).eval()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_causal_decoder_ignores_the_future(norm_first: bool) -> None:
+    model = _small_model(norm_first)
+    src = torch.randint(9, (2, 5), generator=_gen(0))
+    tgt = torch.randint(10, (2, 6), generator=_gen(1))
+    base = model(src, tgt)
+    for t in range(6):
+        changed = tgt.clone()
+        changed[:, t:] = (changed[:, t:] + 1) % 10
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, :t], base[:, :t], rtol=1e-10, atol=1e-10)
+        assert (out[:, t] - base[:, t]).abs().max() > 1e-6, "position t must see token t"
+
+
+def test_padded_source_keys_are_ignored() -> None:
+    model = _small_model()
+    src = torch.randint(9, (1, 6), generator=_gen(0))
+    tgt = torch.randint(10, (1, 4), generator=_gen(1))
+    padding = _padding([4], 6, "cpu")
+    base = model(src, tgt, padding)
+    changed = src.clone()
+    changed[:, 4:] = (changed[:, 4:] + 3) % 9
+    torch.testing.assert_close(model(changed, tgt, padding), base, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_without_positions_is_permutation_equivariant(norm_first: bool) -> None:
+    config = tf.TransformerConfig(src_vocab_size=9, tgt_vocab_size=9, d_model=D, n_heads=H,
+                                  d_ff=D_FF, dropout=0.0, norm_first=norm_first)
+    torch.manual_seed(0)
+    encoder = tf.Encoder(config).double().eval()
+    x = torch.randn(2, 7, D, generator=_gen(0), dtype=torch.float64)
+    perm = torch.randperm(7, generator=_gen(1))
+    out, _ = encoder(x)
+    out_perm, _ = encoder(x[:, perm])
+    torch.testing.assert_close(out_perm, out[:, perm], rtol=1e-10, atol=1e-10)
+    # With positions the embedding breaks the symmetry.
+    embed = tf.Embedding(9, D, 16).double()
+    tokens = torch.randint(9, (1, 7), generator=_gen(2))
+    with_pos, _ = encoder(embed(tokens))
+    perm_pos, _ = encoder(embed(tokens[:, perm]))
+    assert (perm_pos - with_pos[:, perm]).abs().max() > 1e-3
+    embed.positions = False
+    a, _ = encoder(embed(tokens))
+    b, _ = encoder(embed(tokens[:, perm]))
+    torch.testing.assert_close(b, a[:, perm], rtol=1e-10, atol=1e-10)
+
+
+def test_attention_maps_shapes_rows_and_padding() -> None:
+    model = _small_model()
+    src = torch.randint(9, (2, 5), generator=_gen(0))
+    tgt = torch.randint(10, (2, 3), generator=_gen(1))
+    padding = _padding([5, 2], 5, "cpu")
+    maps = model.attention_maps(src, tgt, padding)
+    L = model.config.n_encoder_layers
+    assert maps["encoder"].shape == (L, 2, H, 5, 5)
+    assert maps["decoder_self"].shape == (model.config.n_decoder_layers, 2, H, 3, 3)
+    assert maps["decoder_cross"].shape == (model.config.n_decoder_layers, 2, H, 3, 5)
+    for w in maps.values():
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    assert maps["decoder_cross"][:, 1, :, :, 2:].abs().max() == 0
+    assert maps["decoder_self"].triu(1).abs().max() == 0
+
+
+def test_dropout_only_in_training() -> None:
+    config = tf.TransformerConfig(src_vocab_size=9, tgt_vocab_size=10, d_model=D, n_heads=H,
+                                  d_ff=D_FF, dropout=0.5)
+    model = tf.Transformer(config)
+    src = torch.randint(9, (2, 5), generator=_gen(0))
+    tgt = torch.randint(10, (2, 3), generator=_gen(1))
+    model.train()
+    assert not torch.equal(model(src, tgt), model(src, tgt))
+    model.eval()
+    assert torch.equal(model(src, tgt), model(src, tgt))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_matches_teacher_forcing_and_beam_layout(device: str) -> None:
+    model = _small_model().to(device)
+    src = torch.randint(9, (2, 5), generator=_gen(0)).to(device)
+    tgt = torch.randint(10, (2, 4), generator=_gen(1)).to(device)
+    full = model(src, tgt)
+    step = model.make_step(src)
+    for t in range(1, 5):
+        torch.testing.assert_close(step(tgt[:, :t]), full[:, t - 1], rtol=1e-10, atol=1e-10)
+    # Three hypotheses per source, source-major: rows 0-2 use source 0, rows 3-5 source 1.
+    beams = tgt.repeat_interleave(3, dim=0)
+    torch.testing.assert_close(step(beams), full[:, -1].repeat_interleave(3, dim=0),
+                               rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="multiple"):
+        step(tgt[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# Errors that name the problem
+# --------------------------------------------------------------------------------------------
+
+
+def test_clear_errors() -> None:
+    with pytest.raises(ValueError, match="not divisible"):
+        tf.EncoderLayer(10, 3, 8)
+    layer = tf.EncoderLayer(8, 2, 16)
+    with pytest.raises(ValueError, match=r"\(batch, length, d_model=8\), got \(2, 3, 5\)"):
+        layer(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 4\) does not broadcast"):
+        layer(torch.randn(2, 3, 8), mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="boolean"):
+        layer(torch.randn(2, 3, 8), mask=torch.ones(3, 3))
+    dec = tf.DecoderLayer(8, 2, 16)
+    with pytest.raises(ValueError, match="memory batch 3 differs"):
+        dec(torch.randn(2, 3, 8), torch.randn(3, 4, 8))
+    model = _small_model()
+    src = torch.randint(9, (2, 5))
+    with pytest.raises(ValueError, match=r"src_padding must have the shape of the tokens"):
+        model.encode(src, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="outside"):
+        model.encode(torch.full((1, 3), 9))
+    with pytest.raises(ValueError, match="max_len"):
+        model.encode(torch.zeros(1, model.config.max_len + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(batch, length\)"):
+        model.encode(torch.zeros(5, dtype=torch.long))
