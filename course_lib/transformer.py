@@ -30,6 +30,7 @@ from torch import nn
 
 from course_lib.attention import Impl, causal_mask
 from course_lib.multihead import MultiHeadAttention
+from course_lib.positional import sinusoidal_encoding
 
 IGNORE_INDEX = -100  # targets with this value do not count in a loss (F.cross_entropy's default)
 
@@ -379,27 +380,6 @@ class Decoder(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
-    r"""The sinusoidal position table of Vaswani et al. (2017), section 3.5, ``(max_len, d)``.
-
-    .. math:: PE_{(t, 2i)} = \sin(t / 10000^{2i/d}), \quad PE_{(t, 2i+1)} = \cos(t / 10000^{2i/d})
-
-    Example:
-        >>> sinusoidal_table(2, 4)
-        tensor([[0.0000, 1.0000, 0.0000, 1.0000],
-                [0.8415, 0.5403, 0.0100, 0.9999]])
-    """
-    if d_model % 2 != 0:
-        raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
-    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
-    angles = position * inv_freq  # (T, d/2)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table.to(torch.get_default_dtype())
-
-
 class Embedding(nn.Module):
     r"""Token embedding scaled by :math:`\sqrt{d}` plus sinusoidal positions, then dropout.
 
@@ -421,7 +401,8 @@ class Embedding(nn.Module):
         self.positions = positions
         self.tok = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.tok.weight, std=d_model ** -0.5)
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        # The sinusoidal table of chapter 2 (Vaswani et al., 2017, section 3.5), ``(max_len, d)``.
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
