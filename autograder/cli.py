@@ -1,0 +1,79 @@
+"""The command line of the grading pipeline: ``python -m autograder {release,check-release,grade}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from autograder.paths import RELEASE_ROOT, SOURCE_ROOT, find_chapters
+
+
+def _add_roots(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source-root", type=Path, default=SOURCE_ROOT,
+                   help="folder of the instructor's NN-slug/slug.ipynb (default: solutions/)")
+    p.add_argument("--release-root", type=Path, default=RELEASE_ROOT,
+                   help="folder of the student releases (default: chapters/)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("release", help="write chapters/ from solutions/ (nbgrader generate_assignment)")
+    p.add_argument("chapters", nargs="*", help="01-seq2seq, 01 or seq2seq (default: all)")
+    _add_roots(p)
+
+    p = sub.add_parser("check-release", help="exit 1 naming each chapter whose release drifted")
+    p.add_argument("chapters", nargs="*")
+    _add_roots(p)
+
+    p = sub.add_parser("grade", help="grade a folder or zip of submitted notebooks")
+    p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
+    p.add_argument("submissions", type=Path, help="folder of .ipynb files (flat or one folder per "
+                   "student) or an LMS zip")
+    p.add_argument("--roster", type=Path, help="CSV with a student_id column (and optional "
+                   "name/email/aliases columns) used to map file names to students")
+    p.add_argument("--out", type=Path, default=Path("grading-out"),
+                   help="output folder: grades.csv, feedback/, gradebook.db, plots (default: ./grading-out)")
+    p.add_argument("--engine", choices=["hardened", "nbgrader"], default="hardened")
+    p.add_argument("--workers", type=int, default=0, help="parallel submissions (default: one per core)")
+    p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell (hardened)")
+    p.add_argument("--notebook-timeout", type=float, default=300.0,
+                   help="seconds per submission (hardened)")
+    p.add_argument("--memory-mb", type=int, default=3072, help="address-space limit per sandbox")
+    p.add_argument("--force", action="store_true", help="regrade files graded before")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_roots(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("release", "check-release"):
+        from autograder.release import ReleaseError, check_release, release
+
+        chapters = find_chapters(args.source_root, args.release_root, args.chapters)
+        if not chapters:
+            print(f"no chapters with a source notebook under {args.source_root}", file=sys.stderr)
+            return 0 if args.command == "release" else 1
+        try:
+            if args.command == "release":
+                for path in release(chapters):
+                    print(f"wrote {path}")
+                return 0
+            drifted = check_release(chapters)
+        except ReleaseError as err:
+            print(err, file=sys.stderr)
+            return 2
+        for line in drifted:
+            print(f"release drifted: {line}", file=sys.stderr)
+        if drifted:
+            print("run `python -m autograder release` (make release) and commit chapters/",
+                  file=sys.stderr)
+            return 1
+        print(f"releases in sync: {', '.join(c.name for c in chapters)}")
+        return 0
+    from autograder.grade import run_grade
+
+    return run_grade(args)
