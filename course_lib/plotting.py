@@ -1,0 +1,171 @@
+"""Plots of the course: loss curves, attention heatmaps, accuracy against input length.
+
+Taught in chapter 1; reused by every chapter that trains a model or shows attention weights.
+
+Every function returns a ``matplotlib.figure.Figure`` built without pyplot's global state (a
+notebook shows it when it is the cell's last value; a script saves it with ``fig.savefig``), or
+draws into the ``ax`` it is given and returns that axes' figure. Axes carry labels with units.
+
+Example:
+    >>> fig = plot_attention(torch.eye(3), ["a", "b", "c"], ["x", "y", "z"])
+    >>> fig.axes[0].get_xlabel()
+    'source token (key)'
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from course_lib.training import History
+
+
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax  # type: ignore[return-value]
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if window <= 1 or len(values) < window:
+        return values
+    kernel = np.ones(window) / window
+    # "valid" part, padded at the start with the running mean so the curve keeps its length.
+    head = np.cumsum(values[:window - 1]) / np.arange(1, window)
+    return np.concatenate([head, np.convolve(values, kernel, mode="valid")])
+
+
+def plot_loss_curves(histories: History | Mapping[str, History], ax: Axes | None = None,
+                     smooth: int = 20, log_scale: bool = True,
+                     ylabel: str = "cross-entropy (nats per token)",
+                     val_metric: str | None = None) -> Figure:
+    """Training loss against step for one or several runs (raw in a faint line, smoothed on top).
+
+    Args:
+        histories: one :class:`~course_lib.training.History` or ``{label: History}``.
+        ax: draw here instead of a new figure.
+        smooth: moving-average window of the bold curve (1: none).
+        log_scale: logarithmic loss axis (losses of good models span decades).
+        ylabel: the loss axis label (with its unit).
+        val_metric: also draw this validation metric of each run as markers (same axis).
+
+    Returns:
+        The figure.
+    """
+    if isinstance(histories, History):
+        histories = {"training loss": histories}
+    fig, ax = _new_axes(ax, (6.0, 3.5))
+    for i, (label, hist) in enumerate(histories.items()):
+        color = f"C{i}"
+        if not hist.train_loss:
+            continue
+        ax.plot(hist.steps, hist.train_loss, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(hist.steps, _moving_average(hist.train_loss, smooth), color=color, label=label)
+        if val_metric is not None and val_metric in hist.val:
+            ax.plot(hist.val_steps, hist.val[val_metric], "o--", color=color,
+                    label=f"{label} ({val_metric})")
+    if log_scale:
+        ax.set_yscale("log")
+    ax.set_xlabel("training step (batches)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[str],
+                   key_labels: Sequence[str], ax: Axes | None = None, title: str | None = None,
+                   ylabel: str = "output token (query)",
+                   xlabel: str = "source token (key)") -> Figure:
+    """Heatmap of attention weights: one row per output (query), one column per source (key).
+
+    Args:
+        weights: ``(T_q, T_k)``, each row a distribution over the keys (values in [0, 1]).
+        query_labels: ``T_q`` row labels (the output tokens).
+        key_labels: ``T_k`` column labels (the source tokens).
+        ax: draw here instead of a new figure.
+        title: the title.
+
+    Returns:
+        The figure, with a colour bar of the weights.
+    """
+    w = weights.detach().cpu().float().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D (queries, keys), got shape {w.shape}")
+    if w.shape != (len(query_labels), len(key_labels)):
+        raise ValueError(f"weights of shape {w.shape} need {w.shape[0]} query labels and "
+                         f"{w.shape[1]} key labels, got {len(query_labels)} and {len(key_labels)}")
+    fig, ax = _new_axes(ax, (0.3 * w.shape[1] + 2.5, 0.3 * w.shape[0] + 1.8))
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(w.shape[1]), [repr(k)[1:-1] if k == " " else k for k in key_labels],
+                  rotation=90 if max((len(k) for k in key_labels), default=0) > 1 else 0)
+    ax.set_yticks(range(w.shape[0]), list(query_labels))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="attention weight (0 to 1)")
+    return fig
+
+
+def plot_accuracy_vs_length(results: Mapping[str, Mapping[int, float]], ax: Axes | None = None,
+                            xlabel: str = "input length (tokens)",
+                            ylabel: str = "exact-match accuracy (%)",
+                            train_range: tuple[int, int] | None = None) -> Figure:
+    """Accuracy against input length for several models on one plot (Bahdanau et al., 2014, Fig. 2).
+
+    Args:
+        results: ``{model name: {input length: accuracy in [0, 1]}}``.
+        ax: draw here instead of a new figure.
+        xlabel, ylabel: axis labels with units (accuracies are drawn in percent).
+        train_range: shade the lengths seen in training, ``(shortest, longest)``.
+
+    Returns:
+        The figure.
+    """
+    fig, ax = _new_axes(ax, (6.0, 3.5))
+    for i, (name, by_length) in enumerate(results.items()):
+        lengths = sorted(by_length)
+        ax.plot(lengths, [100.0 * by_length[n] for n in lengths], "o-", color=f"C{i}",
+                label=name, markersize=3)
+    if train_range is not None:
+        ax.axvspan(train_range[0], train_range[1], color="grey", alpha=0.1,
+                   label="lengths seen in training")
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def plot_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor,
+                           predictions: Mapping[str, torch.Tensor],
+                           truth: torch.Tensor | None = None, ax: Axes | None = None) -> Figure:
+    """Nadaraya-Watson regression: the noisy samples (keys, values) and the predicted curves.
+
+    Args:
+        x_train, y_train: ``(n,)`` the samples: keys and values.
+        x_query: ``(m,)`` where the curves are evaluated (the queries).
+        predictions: ``{label: (m,) predictions}``, e.g. one per kernel width.
+        truth: ``(m,)`` the noiseless function, drawn dashed.
+        ax: draw here instead of a new figure.
+    """
+    fig, ax = _new_axes(ax, (6.0, 3.5))
+    ax.scatter(x_train.cpu(), y_train.cpu(), s=12, color="grey", alpha=0.6,
+               label="samples (keys, values)")
+    if truth is not None:
+        ax.plot(x_query.cpu(), truth.cpu(), "k--", linewidth=1, label="true function")
+    for i, (label, pred) in enumerate(predictions.items()):
+        ax.plot(x_query.cpu(), pred.detach().cpu(), color=f"C{i}", label=label)
+    ax.set_xlabel("x (query / key, no unit)")
+    ax.set_ylabel("y (value, no unit)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
