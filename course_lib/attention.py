@@ -1,11 +1,19 @@
 """Attention as the course teaches it: masked softmax and scaled dot-product attention.
 
-Taught in chapter 1 (masked softmax over padded positions) and chapter 2, section 1 (scaled
-dot-product attention, masks).
+Taught in chapter 1 (masked softmax over padded positions) and chapter 2, sections 1 and 2
+(scaled dot-product attention, why the scores are divided by sqrt(d_k), masks).
 
 One mask convention everywhere in course_lib: a boolean tensor in which ``True`` means "may
-attend" (the convention of ``torch.nn.functional.scaled_dot_product_attention``). Masked scores are
-filled with ``-inf``; a row whose every position is masked returns zeros, never NaN.
+attend" (the convention of ``torch.nn.functional.scaled_dot_product_attention``). A boolean mask
+is the same thing as an additive bias of ``0`` (allowed) and ``-inf`` (masked) on the scores
+(:func:`additive_mask`). Masked scores are filled with ``-inf``; a row whose every position is
+masked returns zeros, never NaN, on every path and in the backward pass too.
+
+Two paths behind one API, chosen by ``impl``:
+
+* ``"reference"``: the math step by step (scores, masked softmax, weighted sum of values); it can
+  return the attention weights.
+* ``"fast"``: ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels); no weights.
 """
 
 from __future__ import annotations
@@ -17,9 +25,13 @@ import torch
 import torch.nn.functional as F
 
 Impl = Literal["reference", "fast"]
+IMPLS: tuple[str, ...] = ("reference", "fast")
 
 
 def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, name: str = "mask") -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor (True = may attend), "
+                        f"got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a boolean tensor (True = may attend), got {mask.dtype}")
     try:
@@ -31,6 +43,32 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, name: str = "mask"
         ) from None
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    r"""The additive form of a boolean mask: ``0`` where attending is allowed, ``-inf`` elsewhere.
+
+    .. math:: \mathrm{softmax}(s + b)_j \propto m_j e^{s_j}, \qquad
+              b_j = \begin{cases} 0 & m_j = 1 \\ -\infty & m_j = 0 \end{cases}
+
+    Adding ``b`` to the scores before the softmax is what "masking" means; a row that is ``-inf``
+    everywhere makes the plain softmax return NaN (0/0), which :func:`masked_softmax` avoids.
+
+    Args:
+        mask: boolean, any shape; ``True`` means "may attend".
+        dtype: floating dtype of the result.
+
+    Returns:
+        A tensor of ``mask``'s shape and device.
+
+    Example:
+        >>> additive_mask(torch.tensor([True, False]))
+        tensor([0., -inf])
+    """
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor (True = may attend), got {mask.dtype}")
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, float("-inf"))
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
                    dim: int = -1) -> torch.Tensor:
     r"""Softmax over ``dim`` that gives masked positions exactly zero weight.
@@ -39,6 +77,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
 
     A row whose every position is masked has no distribution to return; it gets all zeros
     (not the NaN that ``softmax`` of a row of ``-inf`` gives), so padded queries stay harmless.
+    Its gradient is zero, not NaN.
 
     Args:
         scores: attention scores, any shape ``(..., n)``.
@@ -58,7 +97,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     _check_mask(mask, scores.shape)
     scores = scores.masked_fill(~mask, float("-inf"))
     # Subtract the row max for stability; a fully masked row has max -inf, replaced by 0.
-    row_max = scores.amax(dim=dim, keepdim=True)
+    row_max = scores.amax(dim=dim, keepdim=True).detach()
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     weights = torch.exp(scores - row_max)
     total = weights.sum(dim=dim, keepdim=True)
@@ -81,6 +120,18 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
             f"key and value must have the same length; got {key.shape[-2]} (key "
             f"{tuple(key.shape)}) and {value.shape[-2]} (value {tuple(value.shape)})"
         )
+    if key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(
+            f"key and value must have the same batch dimensions; got key {tuple(key.shape)} "
+            f"and value {tuple(value.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of query {tuple(query.shape)} and key {tuple(key.shape)} do "
+            "not broadcast"
+        ) from None
     if not (query.dtype == key.dtype == value.dtype):
         raise TypeError(f"query, key and value dtypes differ: {query.dtype}, {key.dtype}, "
                         f"{value.dtype}")
@@ -102,6 +153,10 @@ def scaled_dot_product_attention(
     .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}
               \right) V
 
+    Dividing by :math:`\sqrt{d_k}` keeps the scores at unit variance when the entries of ``q`` and
+    ``k`` are independent with unit variance (:math:`\mathrm{Var}(q \cdot k) = d_k`), so the
+    softmax does not saturate and its Jacobian :math:`\mathrm{diag}(s) - s s^\top` does not vanish.
+
     Args:
         query: ``(..., T_q, d_k)``.
         key: ``(..., T_k, d_k)``.
@@ -115,7 +170,12 @@ def scaled_dot_product_attention(
 
     Returns:
         ``(..., T_q, d_v)``, and the weights when ``return_weights``. Queries whose every key is
-        masked get zeros on both paths.
+        masked get zeros on both paths (and zero gradients, never NaN).
+
+    Raises:
+        ValueError: shapes that do not fit (d_k of query and key, lengths of key and value, a
+            mask that does not broadcast), an unknown ``impl``, weights asked of the fast path.
+        TypeError: a mask that is not boolean, inputs of different dtypes.
 
     Example:
         >>> q = k = torch.eye(2)[None]  # two orthogonal keys
@@ -124,6 +184,8 @@ def scaled_dot_product_attention(
         >>> torch.allclose(out, v, atol=1e-6)
         True
     """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be 'reference' or 'fast', got {impl!r}")
     _check_qkv(query, key, value)
     scores_shape = torch.Size((*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]),
                                query.shape[-2], key.shape[-2]))
@@ -133,34 +195,58 @@ def scaled_dot_product_attention(
     if impl == "fast":
         if return_weights:
             raise ValueError("impl='fast' does not return weights; use impl='reference'")
+        has_key = None
+        if mask is not None:
+            has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+            if bool(has_key.all()):
+                has_key = None
+            else:
+                # Some backends give NaN (and NaN gradients) for a query with no allowed key. Let
+                # such queries attend everywhere, then zero their output: finite both ways.
+                mask = mask | ~has_key
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                              dropout_p=dropout_p, scale=scale)
-        if mask is not None:
-            # SDPA gives NaN for queries with no allowed key; the course convention is zeros.
-            has_key = mask.any(dim=-1, keepdim=True)
-            if not bool(has_key.all()):
-                out = out.masked_fill(~has_key, 0.0)
+        if has_key is not None:
+            out = out.masked_fill(~has_key, 0.0)
         return out
-    if impl != "reference":
-        raise ValueError(f"impl must be 'reference' or 'fast', got {impl!r}")
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., T_q, T_k)
-    weights = masked_softmax(scores, mask)
+    weights = masked_softmax(scores, mask)            # (..., T_q, T_k), rows sum to 1 (or 0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    out = weights @ value  # (..., T_q, d_v)
+    out = weights @ value                             # (..., T_q, d_v)
     return (out, weights) if return_weights else out
 
 
-def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
-    """``(length, length)`` boolean mask: position ``t`` may attend to positions ``<= t``.
+def causal_mask(length: int, device: torch.device | str | None = None, *,
+                n_keys: int | None = None) -> torch.Tensor:
+    """Boolean causal mask: a query may attend to its own position and the ones before it.
+
+    With ``n_keys`` larger than ``length`` the queries are the *last* ``length`` positions of a
+    sequence of ``n_keys`` (decoding with cached keys): query ``i`` sits at position
+    ``i + n_keys - length`` and may attend to keys ``j <= i + n_keys - length``.
+
+    Args:
+        length: number of queries ``T_q``.
+        device: where to build the mask.
+        n_keys: number of keys ``T_k`` (default ``length``); must be ``>= length``.
+
+    Returns:
+        ``(T_q, T_k)`` boolean, ``True`` = may attend.
 
     Example:
         >>> causal_mask(3).int()
         tensor([[1, 0, 0],
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
+        >>> causal_mask(2, n_keys=4).int()
+        tensor([[1, 1, 1, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
     """
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    n_keys = length if n_keys is None else n_keys
+    if length < 0 or n_keys < length:
+        raise ValueError(f"causal_mask needs 0 <= length <= n_keys; got length={length}, "
+                         f"n_keys={n_keys}")
+    return torch.ones(length, n_keys, dtype=torch.bool, device=device).tril(n_keys - length)
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
@@ -176,3 +262,37 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
     max_len = int(lengths.max()) if max_len is None else max_len
     positions = torch.arange(max_len, device=lengths.device)
     return positions[None, :] < lengths[:, None]
+
+
+def attention_mask(key_padding: torch.Tensor | None = None,
+                   attn: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Combine a key padding mask and a per-query mask into one mask for multi-head attention.
+
+    Args:
+        key_padding: ``(B, T_k)`` boolean, ``True`` at real (non-padding) keys.
+        attn: ``(T_q, T_k)`` or ``(B, T_q, T_k)`` boolean, e.g. :func:`causal_mask`.
+
+    Returns:
+        A boolean mask broadcastable to ``(B, h, T_q, T_k)`` (``True`` = may attend), or ``None``
+        when both are ``None``.
+
+    Example:
+        >>> attention_mask(padding_mask(torch.tensor([2]), max_len=3), causal_mask(3)).shape
+        torch.Size([1, 1, 3, 3])
+    """
+    mask = None
+    if key_padding is not None:
+        if key_padding.dim() != 2:
+            raise ValueError(f"key_padding must be (batch, keys), got {tuple(key_padding.shape)}")
+        mask = key_padding[:, None, None, :]  # (B, 1, 1, T_k)
+    if attn is not None:
+        if attn.dim() not in (2, 3):
+            raise ValueError(f"attn must be (queries, keys) or (batch, queries, keys), got "
+                             f"{tuple(attn.shape)}")
+        if key_padding is not None and attn.shape[-1] != key_padding.shape[-1]:
+            raise ValueError(f"key_padding has {key_padding.shape[-1]} keys but attn has "
+                             f"{attn.shape[-1]} (shapes {tuple(key_padding.shape)} and "
+                             f"{tuple(attn.shape)})")
+        attn = attn if attn.dim() == 2 else attn[:, None]  # (T_q, T_k) or (B, 1, T_q, T_k)
+        mask = attn if mask is None else mask & attn
+    return mask

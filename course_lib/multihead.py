@@ -1,6 +1,9 @@
 """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
-Taught in chapter 2, section 3. Tested against ``torch.nn.MultiheadAttention`` with copied weights.
+Taught in chapter 2, section 3. The per-head projections of head ``i`` are the columns
+``i*d_head:(i+1)*d_head`` of one ``d x d`` matrix; :func:`split_heads` cuts the projected
+features into heads, :func:`merge_heads` concatenates them back. Tested against
+``torch.nn.MultiheadAttention`` with copied weights.
 """
 
 from __future__ import annotations
@@ -11,6 +14,95 @@ from torch import nn
 from course_lib.attention import Impl, scaled_dot_product_attention
 
 
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    r"""Cut the features of ``x`` into ``n_heads`` heads of ``d / n_heads`` features each.
+
+    Head ``i`` gets features ``i*d_head : (i+1)*d_head``, so projecting with one ``d x d``
+    matrix :math:`W = [W_1 \mid \dots \mid W_h]` and splitting equals projecting with each
+    :math:`W_i`.
+
+    Args:
+        x: ``(B, T, d)``.
+        n_heads: ``h``; must divide ``d``.
+
+    Returns:
+        ``(B, h, T, d / h)``.
+
+    Example:
+        >>> split_heads(torch.arange(4.0).view(1, 1, 4), 2)
+        tensor([[[[0., 1.]],
+        <BLANKLINE>
+                 [[2., 3.]]]])
+    """
+    if x.dim() != 3:
+        raise ValueError(f"split_heads expects (batch, length, features), got {tuple(x.shape)}")
+    B, T, d = x.shape
+    if n_heads <= 0 or d % n_heads != 0:
+        raise ValueError(f"the feature size {d} is not divisible by n_heads={n_heads}")
+    return x.reshape(B, T, n_heads, d // n_heads).transpose(1, 2)  # (B, h, T, d_head)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate the heads back into one feature axis: the inverse of :func:`split_heads`.
+
+    Args:
+        x: ``(B, h, T, d_head)``.
+
+    Returns:
+        ``(B, T, h * d_head)``, head ``i`` in features ``i*d_head : (i+1)*d_head``.
+
+    Example:
+        >>> x = torch.randn(2, 3, 5, 4)
+        >>> torch.equal(split_heads(merge_heads(x), 3), x)
+        True
+    """
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads expects (batch, heads, length, d_head), got "
+                         f"{tuple(x.shape)}")
+    B, h, T, d_head = x.shape
+    return x.transpose(1, 2).reshape(B, T, h * d_head)  # (B, T, d)
+
+
+def multi_head_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor,
+    n_heads: int, mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Multi-head attention from its four weight matrices (no biases), the math step by step.
+
+    .. math:: \mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots,
+              \mathrm{head}_h) W^O, \quad \mathrm{head}_i = \mathrm{Attention}(Q W_i^Q,
+              K W_i^K, V W_i^V)
+
+    Weights follow the paper's convention ``x @ W`` (``nn.Linear`` stores ``W.T``).
+
+    Args:
+        query: ``(B, T_q, d)``; key, value: ``(B, T_k, d)``.
+        w_q, w_k, w_v, w_o: ``(d, d)``.
+        n_heads: ``h``, dividing ``d``.
+        mask: boolean, broadcastable to ``(B, h, T_q, T_k)``, ``True`` = may attend.
+
+    Returns:
+        The output ``(B, T_q, d)`` and the weights ``(B, h, T_q, T_k)``.
+
+    Example:
+        >>> x = torch.randn(1, 3, 4)
+        >>> eye = torch.eye(4)
+        >>> out, w = multi_head_attention(x, x, x, eye, eye, eye, eye, n_heads=2)
+        >>> out.shape, w.shape
+        (torch.Size([1, 3, 4]), torch.Size([1, 2, 3, 3]))
+    """
+    d = query.shape[-1]
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        if w.shape != (d, d):
+            raise ValueError(f"{name} must have shape ({d}, {d}), got {tuple(w.shape)}")
+    q = split_heads(query @ w_q, n_heads)  # (B, h, T_q, d_head)
+    k = split_heads(key @ w_k, n_heads)    # (B, h, T_k, d_head)
+    v = split_heads(value @ w_v, n_heads)  # (B, h, T_k, d_head)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    return merge_heads(out) @ w_o, weights  # (B, T_q, d), (B, h, T_q, T_k)
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention with per-head projections held as one ``d x d`` matrix each.
 
@@ -19,19 +111,22 @@ class MultiHeadAttention(nn.Module):
               K W_i^K, V W_i^V)
 
     The columns of ``q_proj`` for head ``i`` are rows ``i*d_head:(i+1)*d_head`` of its weight,
-    exactly the split ``torch.nn.MultiheadAttention`` makes of ``in_proj_weight``.
+    exactly the split ``torch.nn.MultiheadAttention`` makes of ``in_proj_weight`` (whose three
+    row blocks are ``q_proj``, ``k_proj`` and ``v_proj``).
 
     Args:
         d_model: model width ``d``.
         n_heads: number of heads ``h``; must divide ``d_model``.
         dropout: dropout on the attention weights during training.
         bias: whether the four projections have biases.
-        impl: ``"fast"`` (fused SDPA) or ``"reference"`` (step by step, can return weights).
+        impl: ``"fast"`` (fused SDPA) or ``"reference"`` (step by step). Asking for the weights
+            (``need_weights=True``) always takes the reference path.
 
     Shapes:
         query ``(B, T_q, d)``, key and value ``(B, T_k, d)``; ``mask`` boolean, broadcastable to
-        ``(B, h, T_q, T_k)``, ``True`` = may attend. Output ``(B, T_q, d)`` and, with
-        ``need_weights``, the weights ``(B, h, T_q, T_k)``.
+        ``(B, h, T_q, T_k)``, ``True`` = may attend (see :func:`course_lib.attention.
+        attention_mask` to build one from a key padding mask and a causal mask). Output
+        ``(B, T_q, d)`` and, with ``need_weights``, the weights ``(B, h, T_q, T_k)``.
 
     Example:
         >>> mha = MultiHeadAttention(8, 2)
@@ -49,6 +144,8 @@ class MultiHeadAttention(nn.Module):
                 f"d_model={d_model} is not divisible by n_heads={n_heads}; each head needs "
                 f"d_model / n_heads features"
             )
+        if impl not in ("reference", "fast"):
+            raise ValueError(f"impl must be 'reference' or 'fast', got {impl!r}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
@@ -59,31 +156,26 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_head)
-
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``query`` to ``key``/``value``; see the class docstring for shapes."""
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3 or t.shape[-1] != self.d_model:
                 raise ValueError(f"{name} must have shape (batch, length, d_model={self.d_model}), "
                                  f"got {tuple(t.shape)}")
         if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value must have the same length; got {key.shape[1]} and "
-                             f"{value.shape[1]}")
-        B, T_q, _ = query.shape
-        q = self._split(self.q_proj(query))  # (B, h, T_q, d_head)
-        k = self._split(self.k_proj(key))    # (B, h, T_k, d_head)
-        v = self._split(self.v_proj(value))  # (B, h, T_k, d_head)
+            raise ValueError(f"key and value must have the same length; got {key.shape[1]} "
+                             f"(key {tuple(key.shape)}) and {value.shape[1]} "
+                             f"(value {tuple(value.shape)})")
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, h, T_q, d_head)
+        k = split_heads(self.k_proj(key), self.n_heads)    # (B, h, T_k, d_head)
+        v = split_heads(self.v_proj(value), self.n_heads)  # (B, h, T_k, d_head)
         p = self.dropout if self.training else 0.0
-        impl = "reference" if need_weights else self.impl
+        weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, impl="reference",
                                                         dropout_p=p, return_weights=True)
         else:
-            out = scaled_dot_product_attention(q, k, v, mask, impl=impl, dropout_p=p)
-            weights = None
-        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # (B, T_q, d)
-        return self.out_proj(out), weights
+            out = scaled_dot_product_attention(q, k, v, mask, impl=self.impl, dropout_p=p)
+        return self.out_proj(merge_heads(out)), weights  # (B, T_q, d), (B, h, T_q, T_k)
