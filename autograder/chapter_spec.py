@@ -1,0 +1,174 @@
+"""What the grader needs to know about a chapter, read from the instructor's source notebook.
+
+The source is the single authority: its setup cell(s) (tag ``setup``), each exercise's solution
+cell (nbgrader ``solution``, ``grade_id``), test cell (nbgrader ``grade``, ``points``) and the hidden
+call ``grading.check("<chapter>.<name>", <name>)`` inside ``### BEGIN/END HIDDEN TESTS``. The
+release's non-graded cells are remembered too, so that cells a student left as released (demos)
+are recognised and not re-executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS\n?(.*?)### END HIDDEN TESTS\n?", re.S)
+CHECK_RE = re.compile(r"""grading\.check\(\s*["']([\w.]+)["']\s*,\s*(\w+)\s*\)""")
+
+
+def normalise_source(text: str) -> str:
+    """Source text compared across notebooks: trailing spaces, CRLF and blank ends ignored."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    return "\n".join(lines).strip()
+
+
+def defined_names(source: str) -> list[str]:
+    """Top-level ``def``/``class`` names of a cell (empty when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [n.name for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+@dataclass(frozen=True)
+class ExerciseSpec:
+    """One exercise of a chapter.
+
+    Attributes:
+        exercise_id: ``"seq2seq.additive_score"`` (the registry key).
+        name: the column name in grades.csv: the part after the dot.
+        function: the student's function name passed to ``grading.check``.
+        solution_grade_id, test_grade_id: nbgrader ids of the solution and test cells.
+        solution_cell_id, test_cell_id: notebook cell ids of those cells in the source/release.
+        points: the test cell's points.
+        visible_test: the test cell without its hidden part (students see it).
+        hidden_test: the hidden part (never shown in feedback).
+        release_stub: the released (blank) solution cell's text, normalised.
+        release_test: the released test cell's text, normalised.
+    """
+
+    exercise_id: str
+    name: str
+    function: str
+    solution_grade_id: str
+    test_grade_id: str
+    solution_cell_id: str | None
+    test_cell_id: str | None
+    points: float
+    visible_test: str
+    hidden_test: str
+    release_stub: str = ""
+    release_test: str = ""
+
+
+@dataclass
+class ChapterSpec:
+    """A chapter as the grader sees it (see the module docstring)."""
+
+    name: str
+    exercise_chapter: str
+    setup: list[str]
+    exercises: list[ExerciseSpec]
+    release_texts: set[str] = field(default_factory=set)
+    release_ids: dict[str, str] = field(default_factory=dict)  # cell id -> role
+    source_sha: str = ""
+
+    @property
+    def max_total(self) -> float:
+        return float(sum(ex.points for ex in self.exercises))
+
+    def by_solution_grade_id(self) -> dict[str, ExerciseSpec]:
+        return {ex.solution_grade_id: ex for ex in self.exercises}
+
+    def by_test_grade_id(self) -> dict[str, ExerciseSpec]:
+        return {ex.test_grade_id: ex for ex in self.exercises}
+
+
+class SpecError(RuntimeError):
+    """The source notebook does not follow the authoring conventions the grader relies on."""
+
+
+def _nbgrader(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
+                      release: Path | None = None) -> ChapterSpec:
+    """Parse the source notebook (and the release, when it exists) of a chapter."""
+    raw = source.read_bytes()
+    nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    setup = [c.source for c in nb.cells
+             if c.cell_type == "code" and "setup" in c.metadata.get("tags", [])]
+    if not setup:
+        raise SpecError(f"{source}: no code cell tagged 'setup'")
+    solutions: dict[str, tuple[str, str | None, list[str]]] = {}
+    for cell in nb.cells:
+        meta = _nbgrader(cell)
+        if cell.cell_type == "code" and meta.get("solution") and not meta.get("grade"):
+            solutions[meta["grade_id"]] = (cell.source, cell.get("id"), defined_names(
+                cell.source))
+    exercises = []
+    for cell in nb.cells:
+        meta = _nbgrader(cell)
+        if cell.cell_type != "code" or not meta.get("grade"):
+            continue
+        hidden = "".join(m.group(1) for m in HIDDEN_RE.finditer(cell.source))
+        checks = CHECK_RE.findall(hidden)
+        if len(checks) != 1:
+            raise SpecError(f"{source}: test cell {meta.get('grade_id')!r} must hold exactly one "
+                            f"grading.check(...) call in its hidden part; found {len(checks)}")
+        exercise_id, function = checks[0]
+        owner = [gid for gid, (_, _, names) in solutions.items() if function in names]
+        if len(owner) != 1:
+            raise SpecError(f"{source}: no single solution cell defines {function!r} (test "
+                            f"{meta.get('grade_id')!r})")
+        visible = HIDDEN_RE.sub("", cell.source).rstrip() + "\n"
+        exercises.append(ExerciseSpec(
+            exercise_id=exercise_id, name=exercise_id.split(".", 1)[1], function=function,
+            solution_grade_id=owner[0], test_grade_id=meta["grade_id"],
+            solution_cell_id=solutions[owner[0]][1], test_cell_id=cell.get("id"),
+            points=float(meta.get("points", 0)), visible_test=visible, hidden_test=hidden,
+        ))
+    if not exercises:
+        raise SpecError(f"{source}: no graded test cells")
+    spec = ChapterSpec(chapter_name, exercise_chapter, setup, exercises,
+                       source_sha=hashlib.sha256(raw).hexdigest())
+    if release is not None and release.exists():
+        rel = nbformat.read(release, as_version=4)
+        sol_ids = {ex.solution_grade_id: ex for ex in exercises}
+        test_ids = {ex.test_grade_id: ex for ex in exercises}
+        updated = []
+        stubs: dict[str, str] = {}
+        tests: dict[str, str] = {}
+        for cell in rel.cells:
+            meta = _nbgrader(cell)
+            gid = meta.get("grade_id")
+            text = normalise_source(cell.source)
+            if gid in sol_ids:
+                stubs[gid] = text
+                spec.release_ids[cell.get("id", "")] = f"solution:{gid}"
+            elif gid in test_ids:
+                tests[gid] = text
+                spec.release_ids[cell.get("id", "")] = f"test:{gid}"
+            else:
+                spec.release_texts.add(text)
+                if cell.get("id"):
+                    spec.release_ids[cell["id"]] = "other"
+        for ex in exercises:
+            updated.append(ExerciseSpec(**{**ex.__dict__,
+                                           "release_stub": stubs.get(ex.solution_grade_id, ""),
+                                           "release_test": tests.get(ex.test_grade_id, "")}))
+        spec.exercises = updated
+    else:
+        for cell in nb.cells:
+            if not _nbgrader(cell).get("grade_id"):
+                spec.release_texts.add(normalise_source(cell.source))
+    spec.release_texts.discard("")
+    return spec

@@ -1,0 +1,218 @@
+"""``python -m autograder grade CHAPTER SUBMISSIONS``: grade a batch, write grades and feedback.
+
+Outputs under ``--out`` (default ``grading-out/``): ``grades.csv`` (student_id, one column per
+exercise, total, max_total), ``report.csv`` (every file: student, status, reason, seconds),
+``feedback/<student>.html``, ``gradebook.db`` (nbgrader's gradebook, written by this process
+only), ``score_distribution.png``, ``results/<student>.json`` (the cache: a file whose bytes, the
+chapter's source and the engine are unchanged is not graded again, so re-running gives the same
+grades and a late file grades only itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from autograder import __version__
+from autograder.chapter_spec import ChapterSpec, load_chapter_spec
+from autograder.paths import EXTRA_EXERCISES_ENV, Chapter, find_chapters, register_extra_exercises
+from autograder.report import (plot_distribution, render_feedback, write_gradebook,
+                               write_grades_csv, write_report_csv)
+from autograder.submissions import InvalidSubmission, discover, extract_zip, load_notebook, read_roster
+
+
+def safe_name(student_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9@.+_-]", "_", student_id)[:100] or "_"
+
+
+def _empty_result(spec: ChapterSpec, sid: str, rel: str, digest: str, engine: str) -> dict[str, Any]:
+    return {"student_id": sid, "file": rel, "sha256": digest, "source_sha": spec.source_sha,
+            "engine": engine, "version": __version__, "status": "graded", "reason": "",
+            "notes": [], "exercises": {}, "total": 0.0, "max_total": spec.max_total,
+            "seconds": 0.0}
+
+
+def _finish(spec: ChapterSpec, result: dict[str, Any]) -> dict[str, Any]:
+    for ex in spec.exercises:
+        result["exercises"].setdefault(ex.exercise_id, {
+            "points": 0.0, "max_points": ex.points, "status": "not graded",
+            "messages": [result.get("reason") or "not graded"], "notes": [], "logs": []})
+    result["total"] = float(sum(r["points"] for r in result["exercises"].values()))
+    result["max_total"] = spec.max_total
+    return result
+
+
+def grade_hardened_one(spec: ChapterSpec, nb, result: dict[str, Any], judge, course_dir: Path,
+                       work: Path, slot: int, limits) -> dict[str, Any]:
+    from autograder.hardened import run_submission
+    from autograder.rebuild import plan_submission
+
+    plan = plan_submission(spec, nb)
+    result["notes"] += plan.notes
+    records = work / "records" / safe_name(result["student_id"])
+    if records.exists():
+        shutil.rmtree(records)
+    per_ex, notes = run_submission(spec, plan, judge, course_dir, records, slot, limits)
+    result["notes"] += notes
+    for eid, r in per_ex.items():
+        result["exercises"][eid] = {
+            "points": r.points, "max_points": r.max_points, "status": r.status,
+            "messages": r.messages, "notes": r.notes,
+            "logs": [{"label": log.label, "source": log.source, "output": log.output,
+                      "error": log.error} for log in r.logs]}
+    return result
+
+
+def run_grade(args) -> int:
+    t0 = time.time()
+    from autograder.nbgrader_setup import ensure_venv_on_path
+
+    ensure_venv_on_path()
+    chapter: Chapter = find_chapters(args.source_root, args.release_root, [args.chapter])[0]
+    register_extra_exercises()
+    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+                             chapter.release)
+    out: Path = args.out.resolve()
+    for sub in ("feedback", "results", "work"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    submissions: Path = args.submissions
+    if not submissions.exists():
+        print(f"no such folder or zip: {submissions}", file=sys.stderr)
+        return 2
+    if submissions.is_file() and submissions.suffix.lower() == ".zip":
+        submissions = extract_zip(submissions, out / "work" / "extracted")
+    roster = read_roster(args.roster) if args.roster else None
+    files = discover(submissions, chapter.slug, roster)
+    rows: list[dict[str, Any]] = []
+    todo: list[tuple[dict[str, Any], Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    for sf in files:
+        row = {"file": sf.rel, "student_id": sf.student or "", "mapping": sf.rule or sf.problem}
+        rows.append(row)
+        if not sf.student:
+            row.update(status="not mapped", reason=sf.problem)
+            continue
+        cache = out / "results" / f"{safe_name(sf.student)}.json"
+        try:
+            nb, notes, digest = load_notebook(sf.path)
+        except InvalidSubmission as err:
+            import hashlib
+            digest = hashlib.sha256(sf.path.read_bytes()).hexdigest()
+            nb, notes = None, []
+            invalid = str(err)
+        else:
+            invalid = ""
+        if cache.exists() and not args.force:
+            old = json.loads(cache.read_text())
+            if (old.get("sha256"), old.get("source_sha"), old.get("engine"), old.get("version")) \
+                    == (digest, spec.source_sha, args.engine, __version__):
+                results[sf.student] = old
+                row.update(status=old["status"] + " (cached)", reason=old.get("reason", ""),
+                           seconds=old.get("seconds", 0))
+                continue
+        result = _empty_result(spec, sf.student, sf.rel, digest, args.engine)
+        result["notes"] += notes
+        if invalid:
+            result.update(status="could not grade", reason=invalid)
+            results[sf.student] = _finish(spec, result)
+            row.update(status="could not grade", reason=invalid)
+            continue
+        todo.append((result, nb))
+        row["_result"] = result
+
+    if args.engine == "hardened":
+        _run_hardened(args, spec, todo, out, results)
+    else:
+        from autograder.engine_nbgrader import grade_with_nbgrader
+
+        graded = grade_with_nbgrader(chapter, spec, todo, out, progress=not args.no_progress)
+        for r in graded:
+            results[r["student_id"]] = _finish(spec, r)
+
+    for row in rows:
+        r = row.pop("_result", None)
+        if r is not None:
+            r = results.get(r["student_id"], r)
+            row.update(status=r["status"], reason=r.get("reason", ""), seconds=r.get("seconds", 0))
+    for sid, r in results.items():
+        (out / "results" / f"{safe_name(sid)}.json").write_text(json.dumps(r, indent=1))
+        (out / "feedback" / f"{safe_name(sid)}.html").write_text(render_feedback(spec, r),
+                                                                  encoding="utf-8")
+    final = sorted(results.values(), key=lambda r: r["student_id"])
+    write_grades_csv(out / "grades.csv", spec, final)
+    write_report_csv(out / "report.csv", rows)
+    if final:
+        write_gradebook(out / "gradebook.db", chapter.name, chapter.slug, spec, final)
+        plot_distribution(out / "score_distribution.png", spec, final)
+    wall = time.time() - t0
+    graded_now = sum(1 for r, _ in todo)
+    problems = [row for row in rows if row.get("status") not in ("graded", "graded (cached)")]
+    print(f"\n{chapter.name}: {len(final)} students in grades.csv ({graded_now} graded now, "
+          f"{len(final) - graded_now} from the cache or invalid), engine {args.engine}, "
+          f"wall time {wall:.1f} s")
+    if problems:
+        print(f"could not grade {len(problems)} file(s):")
+        for row in problems:
+            print(f"  {row['file']}: {row['status']}: {row.get('reason', '')}")
+    print(f"grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}; report: {out / 'report.csv'}")
+    return 0
+
+
+def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> None:
+    from course_lib import grading
+
+    from autograder.judge import Judge
+    from autograder.sandbox import Limits
+    from autograder.strip import build_sandbox_course_lib
+
+    if not todo:
+        return
+    refs = []
+    for ex in grading.chapter_exercises(spec.exercise_chapter).values():
+        refs += [ex.reference, *ex.forbidden]
+    course_dir = out / "work" / "sandbox-course"
+    extra = sorted(Path(os.environ[EXTRA_EXERCISES_ENV]).glob("*.py")) \
+        if os.environ.get(EXTRA_EXERCISES_ENV) else []
+    build_sandbox_course_lib(course_dir, refs, extra)
+    limits = Limits(memory_bytes=args.memory_mb << 20, cell_timeout=args.cell_timeout,
+                    notebook_timeout=args.notebook_timeout)
+    judge = Judge()
+    workers = args.workers or os.cpu_count() or 1
+    slots = list(range(workers))
+    import threading
+    lock = threading.Lock()
+
+    def job(item):
+        result, nb = item
+        with lock:
+            slot = slots.pop()
+        start = time.time()
+        try:
+            return grade_hardened_one(spec, nb, result, judge, course_dir, out / "work", slot,
+                                      limits)
+        except Exception as err:  # noqa: BLE001 - one submission never stops the batch
+            result.update(status="could not grade", reason=f"grader error: {type(err).__name__}: {err}")
+            return result
+        finally:
+            result["seconds"] = round(time.time() - start, 2)
+            with lock:
+                slots.append(slot)
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"grading {spec.name}", unit="nb", file=sys.stderr,
+               disable=args.no_progress)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(job, item) for item in todo]
+        for fut in as_completed(futures):
+            r = fut.result()
+            results[r["student_id"]] = _finish(spec, r)
+            bar.update(1)
+    bar.close()

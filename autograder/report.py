@@ -1,0 +1,132 @@
+"""Outputs of a grading run: feedback HTML, gradebook, grades.csv, the score plot, the summary."""
+
+from __future__ import annotations
+
+import csv
+import html
+from pathlib import Path
+from typing import Any
+
+from autograder.chapter_spec import ChapterSpec
+
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
+.passed{color:#116329}.failed,.error{color:#a40e26}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}.note{color:#6a4a00}"""
+
+
+def render_feedback(chapter: ChapterSpec, result: dict[str, Any]) -> str:
+    """The student's feedback page: scores, what failed and why, repairs, their cells' outputs.
+
+    Never included: the hidden test code, the hidden inputs, the reference outputs.
+    """
+    e = html.escape
+    sid = result["student_id"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(chapter.name)} "
+             f"feedback: {e(sid)}</title><style>{_STYLE}</style></head><body>",
+             f"<h1>{e(chapter.name)}: feedback for {e(sid)}</h1>",
+             f"<p>File: <code>{e(result.get('file', ''))}</code></p>"]
+    if result["status"] != "graded":
+        parts.append(f"<p class='error'><b>Could not grade this file:</b> "
+                     f"{e(result.get('reason', ''))}</p>")
+    parts.append(f"<p><b>Score: {result['total']:g} / {result['max_total']:g}</b></p>")
+    for n in result.get("notes", []):
+        parts.append(f"<p class='note'>Note: {e(n)}</p>")
+    parts.append("<table><tr><th>exercise</th><th>points</th><th>result</th></tr>")
+    for ex in chapter.exercises:
+        r = result["exercises"].get(ex.exercise_id, {})
+        parts.append(f"<tr><td>{e(ex.name)}</td><td>{r.get('points', 0):g} / {ex.points:g}</td>"
+                     f"<td class='{e(r.get('status', 'failed'))}'>{e(r.get('status', 'not graded'))}"
+                     "</td></tr>")
+    parts.append("</table>")
+    for ex in chapter.exercises:
+        r = result["exercises"].get(ex.exercise_id)
+        if r is None:
+            continue
+        parts.append(f"<h2>{e(ex.name)} ({r['points']:g} / {ex.points:g})</h2>")
+        for n in r.get("notes", []):
+            parts.append(f"<p class='note'>Note: {e(n)}</p>")
+        if r.get("messages"):
+            parts.append("<p>Hidden tests:</p><pre>" + e("\n".join(r["messages"])) + "</pre>")
+        elif r["status"] == "passed":
+            parts.append("<p class='passed'>All hidden test cases passed.</p>")
+        for log in r.get("logs", []):
+            parts.append(f"<h3>{e(log['label'])}</h3><pre>{e(log['source'])}</pre>")
+            if log.get("output"):
+                parts.append(f"<p>Output:</p><pre>{e(log['output'])}</pre>")
+            if log.get("error"):
+                parts.append(f"<p class='error'>Error: {e(log['error'])}</p>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, Any]]) -> None:
+    """``student_id, <exercise>..., total, max_total``, one row per student, sorted by id."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", *[ex.name for ex in chapter.exercises], "total", "max_total"])
+        for r in sorted(results, key=lambda r: r["student_id"]):
+            row = [r["student_id"]]
+            for ex in chapter.exercises:
+                row.append(f"{r['exercises'].get(ex.exercise_id, {}).get('points', 0.0):g}")
+            row += [f"{r['total']:g}", f"{r['max_total']:g}"]
+            w.writerow(row)
+
+
+def write_report_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Every file seen: the student it was mapped to (or why not), status, reason, seconds."""
+    cols = ["file", "student_id", "mapping", "status", "reason", "seconds"]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for row in rows:
+            w.writerow({c: row.get(c, "") for c in cols})
+
+
+def plot_distribution(path: Path, chapter: ChapterSpec, results: list[dict[str, Any]]) -> None:
+    """One histogram of the points per exercise, plus the total, saved as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    panels = [(ex.name, ex.exercise_id, ex.points) for ex in chapter.exercises]
+    panels.append(("total", None, chapter.max_total))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 2.8), squeeze=False)
+    for ax, (name, eid, maxp) in zip(axes[0], panels):
+        vals = [(r["total"] if eid is None else r["exercises"].get(eid, {}).get("points", 0.0))
+                for r in results]
+        bins = np.linspace(-0.5, maxp + 0.5, int(maxp) + 2) if maxp <= 20 else 20
+        ax.hist(vals, bins=bins, color="#4c72b0", edgecolor="white")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("points")
+        ax.set_xlim(-0.5, maxp + 0.5)
+    axes[0][0].set_ylabel("students")
+    fig.suptitle(f"{chapter.name}: score distribution ({len(results)} students)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_gradebook(db: Path, chapter_name: str, slug: str, chapter: ChapterSpec,
+                    results: list[dict[str, Any]]) -> None:
+    """Record every student's auto scores in nbgrader's gradebook (this process is its only writer)."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{db}") as gb:
+        warnings.simplefilter("ignore")
+        gb.update_or_create_assignment(chapter_name)
+        gb.update_or_create_notebook(slug, chapter_name)
+        for ex in chapter.exercises:
+            gb.update_or_create_grade_cell(ex.test_grade_id, slug, chapter_name,
+                                           max_score=ex.points, cell_type="code")
+            gb.update_or_create_solution_cell(ex.solution_grade_id, slug, chapter_name)
+        for r in results:
+            gb.update_or_create_student(r["student_id"])
+            gb.update_or_create_submission(chapter_name, r["student_id"])
+            for ex in chapter.exercises:
+                grade = gb.find_grade(ex.test_grade_id, slug, chapter_name, r["student_id"])
+                grade.auto_score = float(r["exercises"].get(ex.exercise_id, {}).get("points", 0.0))
+            gb.db.commit()

@@ -1,0 +1,275 @@
+"""One sandboxed Python process per submission (bubblewrap), driven from the trusted side.
+
+What the sandbox isolates (also in ``autograder/README.md``):
+
+* **Files**: a fresh mount namespace whose root is an empty tmpfs. Read-only: ``/usr`` (system
+  libraries), the Python installation and the virtualenv, the sandbox copy of course_lib (this
+  chapter's reference bodies removed, see :mod:`autograder.strip`) and the runner script.
+  Writable: ``/tmp`` only, a size-capped tmpfs that disappears with the sandbox. The repository,
+  ``solutions/``, ``.git``, the gradebook, the grades, the reference outputs and the other
+  submissions do not exist inside.
+* **Network**: a new, empty network namespace (``--unshare-net``): no interface but a down
+  loopback.
+* **Processes**: a new PID namespace (``--unshare-pid``); bubblewrap's init is PID 1, and
+  ``--die-with-parent`` kills everything in it when the sandbox is ended, so no child (detached,
+  daemonised, ``setsid``) outlives the submission. IPC and UTS namespaces are new too.
+* **User**: as root, the student's process runs under an unprivileged uid of its own per worker
+  slot (``setpriv``, no capabilities, ``no_new_privs``), so ``RLIMIT_NPROC`` caps its process and
+  thread count (a fork bomb hits the cap); as a normal user, a user namespace does the same.
+* **Limits**: ``RLIMIT_AS`` (address space, default 3 GiB), ``RLIMIT_NPROC`` (default 64 tasks),
+  ``RLIMIT_FSIZE`` (64 MiB per file), ``RLIMIT_CORE`` 0, the tmpfs size; per-cell and
+  per-notebook wall-clock limits enforced by the driver (a cell that overruns gets the whole
+  sandbox killed, and a fresh one is started for the next exercise); captured output capped at
+  64 KiB per cell, file descriptors 1 and 2 go to /dev/null.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNNER = Path(__file__).with_name("sandbox_runner.py")
+REPLY_CAP = 48 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox."""
+
+    memory_bytes: int = 3 << 30
+    tasks: int = 64
+    file_bytes: int = 64 << 20
+    tmp_bytes: int = 256 << 20
+    cell_timeout: float = 60.0
+    notebook_timeout: float = 300.0
+    start_timeout: float = 60.0
+
+
+class SandboxDied(Exception):
+    """The sandboxed process ended (crash, os._exit, killed) or timed out."""
+
+    def __init__(self, reason: str, timed_out: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _mount_parents(dest: str, made: set[str]) -> list[str]:
+    args = []
+    parts = Path(dest).parts
+    for k in range(2, len(parts)):
+        parent = str(Path(*parts[:k]))
+        if parent not in made:
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_fd: int) -> list[str]:
+    """The bubblewrap command line of a sandbox (see the module docstring)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` "
+                           "(make setup does it)")
+    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
+              "/etc/group"):
+        if Path(f).exists():
+            args += ["--ro-bind", f, f]
+    made: set[str] = set()
+    for src in sorted({os.path.realpath(sys.base_prefix), sys.prefix}):
+        if src.startswith("/usr"):
+            continue
+        args += _mount_parents(src, made) + ["--ro-bind", src, src]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+             "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/grader",
+             "--ro-bind", str(course_dir), "/opt/course",
+             "--ro-bind", str(RUNNER), "/opt/grader/runner.py",
+             "--chdir", "/tmp", "--clearenv"]
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": "/tmp", "PYTHONPATH": "/opt/course", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0", "COURSE_GRADING_MODE": "record",
+        "COURSE_GRADING_RECORD_DIR": "/tmp/records", "COURSE_LIB_QUICK": "1",
+        "COURSE_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/.mpl",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    python = [sys.executable, "-s", "/opt/grader/runner.py", str(cmd_fd), str(rep_fd)]
+    if os.geteuid() == 0:
+        uid = 60000 + slot
+        args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    else:
+        args[1:1] = ["--unshare-user"]
+    return args + python
+
+
+def _limit_preexec(limits: Limits):
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.tasks, limits.tasks))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return preexec
+
+
+@dataclass
+class Sandbox:
+    """A running sandboxed runner: send it code, get a reply or :class:`SandboxDied`."""
+
+    course_dir: Path
+    slot: int
+    limits: Limits
+    proc: subprocess.Popen | None = None
+    _buf: bytes = b""
+    started: float = field(default_factory=time.time)
+
+    def start(self) -> None:
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                bwrap_command(self.course_dir, self.slot, self.limits, cmd_r, rep_w),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(cmd_r, rep_w), start_new_session=True,
+                preexec_fn=_limit_preexec(self.limits))
+        finally:
+            os.close(cmd_r)
+            os.close(rep_w)
+        self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
+        self._rep = rep_r
+        os.set_blocking(rep_r, False)
+        self._buf = b""
+        ready = self._read(self.limits.start_timeout)
+        if not ready.get("ready"):
+            self.kill()
+            raise SandboxDied("the sandbox did not start")
+
+    def _read(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(self._rep, selectors.EVENT_READ)
+        try:
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise SandboxDied(f"timed out after {timeout:g} s", timed_out=True)
+                if not sel.select(min(left, 0.5)):
+                    if self.proc is not None and self.proc.poll() is not None:
+                        code = self.kill(grace=1.0)
+                        raise SandboxDied(_death_reason(code))
+                    continue
+                try:
+                    chunk = os.read(self._rep, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    code = self.kill(grace=2.0)
+                    raise SandboxDied(_death_reason(code))
+                self._buf += chunk
+                if len(self._buf) > REPLY_CAP:
+                    self.kill()
+                    raise SandboxDied("the kernel sent more data than the grader accepts")
+        finally:
+            sel.close()
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self.kill()
+            raise SandboxDied("the kernel's reply was garbled (did your code write to the "
+                              "grader's channel?)") from None
+        if not isinstance(reply, dict):
+            self.kill()
+            raise SandboxDied("the kernel's reply was garbled")
+        return reply
+
+    def run(self, op: str, code: str, timeout: float, **extra) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            raise SandboxDied("the kernel is not running")
+        try:
+            self._cmd.write((json.dumps({"op": op, "code": code, **extra}) + "\n").encode())
+        except (BrokenPipeError, OSError):
+            code_ = self.kill()
+            raise SandboxDied(_death_reason(code_)) from None
+        return self._read(timeout)
+
+    def kill(self, grace: float = 0.0) -> int | None:
+        """End the sandbox and every process in it; return the runner's exit status.
+
+        Args:
+            grace: seconds to wait for an exit already under way (the reply channel closed)
+                before killing, so that its real status is reported.
+        """
+        if self.proc is None:
+            return None
+        code = self.proc.poll()
+        if code is None and grace > 0:
+            try:
+                code = self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                code = None
+        if code is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                code = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+        for f in (getattr(self, "_cmd", None),):
+            try:
+                f and f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self._rep)
+        except (OSError, AttributeError):
+            pass
+        self.proc = None
+        return code
+
+
+def _death_reason(code: int | None) -> str:
+    if code is None:
+        return "the kernel died"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the kernel died (signal {name})"
+    if code >= 128:
+        try:
+            return f"the kernel died (signal {signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"the kernel exited (status {code})"
