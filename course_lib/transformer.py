@@ -572,9 +572,11 @@ class Transformer(nn.Module):
     """The encoder-decoder Transformer (Vaswani et al., 2017, figure 1).
 
     ``encode`` maps source ids to the memory, ``decode`` maps target prefixes and the memory to
-    next-token logits, ``forward`` does both (teacher forcing), ``make_step`` gives the
-    ``step(tokens) -> logits`` callable that course_lib's greedy and beam decoders drive, and
-    ``attention_maps`` returns every layer's and head's weights.
+    next-token logits, ``forward(src, src_padding, tgt)`` does both (teacher forcing; the
+    argument order of chapter 1's :mod:`course_lib.seq2seq` models, so its
+    ``teacher_forcing_loss``, ``exact_match`` and ``accuracy_by_length`` take this model too),
+    ``make_step`` gives the ``step(tokens) -> logits`` callable that course_lib's greedy and beam
+    decoders drive, and ``attention_maps`` returns every layer's and head's weights.
 
     Shapes:
         ``src`` ``(B, S)`` ids, ``src_padding`` ``(B, S)`` (``True`` = real token), ``tgt``
@@ -583,7 +585,7 @@ class Transformer(nn.Module):
 
     Example:
         >>> model = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=12))
-        >>> model(torch.randint(10, (2, 5)), torch.randint(12, (2, 4))).shape
+        >>> model(torch.randint(10, (2, 5)), None, torch.randint(12, (2, 4))).shape
         torch.Size([2, 4, 12])
     """
 
@@ -627,8 +629,9 @@ class Transformer(nn.Module):
                                   need_weights)
         return self.lm_head(y), weights  # (B, T, V)
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor,
-                src_padding: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, src_padding: torch.Tensor | None,
+                tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: logits ``(B, T, V)``; the argument order of chapter 1's models."""
         memory, _ = self.encode(src, src_padding)
         logits, _ = self.decode(tgt, memory, src_padding)
         return logits

@@ -252,11 +252,11 @@ def test_causal_decoder_ignores_the_future(norm_first: bool) -> None:
     model = _small_model(norm_first)
     src = torch.randint(9, (2, 5), generator=_gen(0))
     tgt = torch.randint(10, (2, 6), generator=_gen(1))
-    base = model(src, tgt)
+    base = model(src, None, tgt)
     for t in range(6):
         changed = tgt.clone()
         changed[:, t:] = (changed[:, t:] + 1) % 10
-        out = model(src, changed)
+        out = model(src, None, changed)
         torch.testing.assert_close(out[:, :t], base[:, :t], rtol=1e-10, atol=1e-10)
         assert (out[:, t] - base[:, t]).abs().max() > 1e-6, "position t must see token t"
 
@@ -266,10 +266,10 @@ def test_padded_source_keys_are_ignored() -> None:
     src = torch.randint(9, (1, 6), generator=_gen(0))
     tgt = torch.randint(10, (1, 4), generator=_gen(1))
     padding = _padding([4], 6, "cpu")
-    base = model(src, tgt, padding)
+    base = model(src, padding, tgt)
     changed = src.clone()
     changed[:, 4:] = (changed[:, 4:] + 3) % 9
-    torch.testing.assert_close(model(changed, tgt, padding), base, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(model(changed, padding, tgt), base, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -318,9 +318,9 @@ def test_dropout_only_in_training() -> None:
     src = torch.randint(9, (2, 5), generator=_gen(0))
     tgt = torch.randint(10, (2, 3), generator=_gen(1))
     model.train()
-    assert not torch.equal(model(src, tgt), model(src, tgt))
+    assert not torch.equal(model(src, None, tgt), model(src, None, tgt))
     model.eval()
-    assert torch.equal(model(src, tgt), model(src, tgt))
+    assert torch.equal(model(src, None, tgt), model(src, None, tgt))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -328,7 +328,7 @@ def test_step_matches_teacher_forcing_and_beam_layout(device: str) -> None:
     model = _small_model().to(device)
     src = torch.randint(9, (2, 5), generator=_gen(0)).to(device)
     tgt = torch.randint(10, (2, 4), generator=_gen(1)).to(device)
-    full = model(src, tgt)
+    full = model(src, None, tgt)
     step = model.make_step(src)
     for t in range(1, 5):
         torch.testing.assert_close(step(tgt[:, :t]), full[:, t - 1], rtol=1e-10, atol=1e-10)
@@ -383,7 +383,7 @@ def test_chapter1_decoders_run_on_the_model(device: str) -> None:
     # Greedy by hand with teacher-forced full passes: the same tokens.
     tokens = prompt
     for _ in range(6):
-        nxt = model(src, tokens)[:, -1].argmax(-1)
+        nxt = model(src, None, tokens)[:, -1].argmax(-1)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
     assert torch.equal(out, tokens)
     # Beam search of width 1 is greedy search; a wider beam scores at least as well.
