@@ -93,6 +93,7 @@ def run_grade(args) -> int:
     rows: list[dict[str, Any]] = []
     todo: list[tuple[dict[str, Any], Any]] = []
     results: dict[str, dict[str, Any]] = {}
+    cached: list[dict[str, Any]] = []
     for sf in files:
         row = {"file": sf.rel, "student_id": sf.student or "", "mapping": sf.rule or sf.problem}
         rows.append(row)
@@ -114,6 +115,7 @@ def run_grade(args) -> int:
             if (old.get("sha256"), old.get("source_sha"), old.get("engine"), old.get("version")) \
                     == (digest, spec.source_sha, args.engine, __version__):
                 results[sf.student] = old
+                cached.append(old)
                 row.update(status=old["status"] + " (cached)", reason=old.get("reason", ""),
                            seconds=old.get("seconds", 0))
                 continue
@@ -143,8 +145,11 @@ def run_grade(args) -> int:
             row.update(status=r["status"], reason=r.get("reason", ""), seconds=r.get("seconds", 0))
     for sid, r in results.items():
         (out / "results" / f"{safe_name(sid)}.json").write_text(json.dumps(r, indent=1))
-        (out / "feedback" / f"{safe_name(sid)}.html").write_text(render_feedback(spec, r),
-                                                                  encoding="utf-8")
+        page = out / "feedback" / f"{safe_name(sid)}.html"
+        if r.get("nbgrader_feedback") and Path(r["nbgrader_feedback"]).exists():
+            shutil.copyfile(r["nbgrader_feedback"], page)
+        elif not (r.get("engine") == "nbgrader" and page.exists() and r in cached):
+            page.write_text(render_feedback(spec, r), encoding="utf-8")
     final = sorted(results.values(), key=lambda r: r["student_id"])
     write_grades_csv(out / "grades.csv", spec, final)
     write_report_csv(out / "report.csv", rows)

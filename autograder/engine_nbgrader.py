@@ -1,0 +1,121 @@
+"""``--engine nbgrader``: nbgrader's own autograde and generate_feedback (the baseline).
+
+The submissions are put in a throwaway nbgrader course directory (``--out``/work/nbgrader-course)
+under the name nbgrader expects (``submitted/<student>/<chapter>/<slug>.ipynb``), the assignment
+is generated from the source into that course's gradebook, and nbgrader's ``Autograde`` and
+``GenerateFeedback`` converters run through :class:`nbgrader.apps.NbGraderAPI`, in this process,
+one submission after another. The only changes to stock behaviour: a 600 s cell timeout (the
+default 30 s kills a chapter's full-mode demos), and feedback with the hidden tests cleared
+(``ClearHiddenTests``; stock nbgrader prints them verbatim).
+
+Student code runs unsandboxed, in the same kernel as the tests: this engine is the baseline the
+hardened engine is measured against, not a defence (see autograder/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from autograder.chapter_spec import ChapterSpec
+from autograder.nbgrader_setup import ensure_venv_on_path, nbgrader_config
+from autograder.paths import EXTRA_EXERCISES_ENV, Chapter
+
+
+def _full_course_lib_with_extras() -> str | None:
+    """A PYTHONPATH entry holding course_lib plus the test-only exercise modules, if any."""
+    extra = os.environ.get(EXTRA_EXERCISES_ENV)
+    if not extra:
+        return None
+    import course_lib
+
+    dest = Path(tempfile.mkdtemp(prefix="autograder-courselib-"))
+    shutil.copytree(Path(course_lib.__file__).parent, dest / "course_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for f in Path(extra).glob("*.py"):
+        shutil.copyfile(f, dest / "course_lib" / "exercises" / f.name)
+    return str(dest)
+
+
+def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[dict[str, Any], Any]],
+                        out: Path, progress: bool = True) -> list[dict[str, Any]]:
+    """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    ensure_venv_on_path()
+    if not todo:
+        return []
+    root = out / "work" / "nbgrader-course"
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "source" / chapter.name).mkdir(parents=True)
+    shutil.copyfile(chapter.source, root / "source" / chapter.name / f"{chapter.slug}.ipynb")
+    config = nbgrader_config(root, timeout=600)
+    config.GenerateFeedback.preprocessors = [
+        "nbgrader.preprocessors.GetGrades", "nbgrader.preprocessors.ClearHiddenTests",
+        "nbgrader.preprocessors.CSSHTMLHeaderPreprocessor"]
+    config.ClearHiddenTests.enforce_metadata = False
+    extra_path = _full_course_lib_with_extras()
+    old_pp = os.environ.get("PYTHONPATH")
+    if extra_path:
+        os.environ["PYTHONPATH"] = extra_path + (os.pathsep + old_pp if old_pp else "")
+    try:
+        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+        gen = api.generate_assignment(chapter.name, force=True, create=True)
+        if not gen.get("success"):
+            raise RuntimeError(f"nbgrader generate_assignment failed: {gen.get('error')}")
+        from tqdm import tqdm
+
+        done = []
+        for result, nb in tqdm(todo, desc=f"nbgrader autograde {chapter.name}", unit="nb",
+                               file=sys.stderr, disable=not progress):
+            start = time.time()
+            sid = result["student_id"]
+            sub = root / "submitted" / sid / chapter.name
+            sub.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, sub / f"{chapter.slug}.ipynb")
+            res = api.autograde(chapter.name, sid, force=True, create=True)
+            if not res.get("success"):
+                err = (res.get("error") or "").strip().splitlines()
+                log = (res.get("log") or "").strip().splitlines()
+                why = next((line for line in reversed(log) if "ERROR" in line), None) \
+                    or (err[-1] if err else "unknown error")
+                result.update(status="could not grade", reason=f"nbgrader autograde failed: {why}")
+            else:
+                with warnings.catch_warnings(), Gradebook(config.CourseDirectory.db_url) as gb:
+                    warnings.simplefilter("ignore")
+                    for ex in spec.exercises:
+                        try:
+                            grade = gb.find_grade(ex.test_grade_id, chapter.slug, chapter.name, sid)
+                            pts = float(grade.score)
+                        except MissingEntry:
+                            pts = 0.0
+                        result["exercises"][ex.exercise_id] = {
+                            "points": pts, "max_points": ex.points,
+                            "status": "passed" if pts >= ex.points else "failed",
+                            "messages": [], "notes": [], "logs": []}
+                fb = api.generate_feedback(chapter.name, sid, force=True)
+                html = root / "feedback" / sid / chapter.name / f"{chapter.slug}.html"
+                if fb.get("success") and html.exists():
+                    result["nbgrader_feedback"] = str(html)
+            result["seconds"] = round(time.time() - start, 2)
+            done.append(result)
+        return done
+    finally:
+        if extra_path:
+            if old_pp is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = old_pp
+            shutil.rmtree(extra_path, ignore_errors=True)
