@@ -35,12 +35,14 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, name: str = "mask"
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a boolean tensor (True = may attend), got {mask.dtype}")
     try:
-        torch.broadcast_shapes(mask.shape, scores_shape)
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
+        fits = False
+    if not fits:  # the mask must broadcast *to* the scores, not enlarge them
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores of "
             f"shape {tuple(scores_shape)} (..., queries, keys)"
-        ) from None
+        )
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

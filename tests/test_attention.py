@@ -206,6 +206,8 @@ def test_error_mask_does_not_broadcast(impl: str) -> None:
     q, k, v = _qkv(0, (2, 3, 4), 5, 4, torch.float32, "cpu")
     with pytest.raises(ValueError, match=r"mask of shape \(2, 4\) does not broadcast .*\(2, 3, 5\)"):
         scaled_dot_product_attention(q, k, v, torch.ones(2, 4, dtype=torch.bool), impl=impl)
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 3, 5\) does not broadcast"):
+        scaled_dot_product_attention(q, k, v, torch.ones(2, 1, 3, 5, dtype=torch.bool), impl=impl)
 
 
 def test_error_mask_must_be_boolean_and_impl_known() -> None:
