@@ -1,0 +1,249 @@
+"""Bad (and good) submissions built from a chapter's real release, each with the grade it must get.
+
+``build_suite(chapter, ...)`` returns :class:`Submission` objects: a folder name (the student id),
+a file name, the bytes of the file, the points each exercise must get and why. Everything is
+derived from the chapter's source and release (function names, grade ids, points), so the suite
+runs on chapter 1 when it exists and on the test fixture chapter before that.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder.chapter_spec import ChapterSpec, load_chapter_spec
+from autograder.paths import Chapter
+from tests.fixtures.colab.transform import colab_transform
+
+MARKER = "autograder-adversarial-detached-child"
+
+
+@dataclass
+class Submission:
+    student: str
+    filename: str
+    content: bytes
+    expected: dict[str, float]  # exercise id -> points
+    why: str
+    invalid: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _solution_text(source_cell: str) -> str:
+    return re.sub(r"[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", "", source_cell)
+
+
+def _dump(nb) -> bytes:
+    return (json.dumps(nb, indent=1, sort_keys=True) + "\n").encode()
+
+
+def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str], port: int,
+                other_chapter_nb: bytes | None = None) -> list[Submission]:
+    release = nbformat.read(chapter.release, as_version=4)
+    source = nbformat.read(chapter.source, as_version=4)
+    src_by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    exs = spec.exercises
+    a, rest = exs[0], exs[1:]
+    full = {e.exercise_id: e.points for e in exs}
+    zero = {e.exercise_id: 0.0 for e in exs}
+    a_zero = {**full, a.exercise_id: 0.0}
+
+    def solved(which=None):
+        nb = copy.deepcopy(release)
+        for c in nb.cells:
+            gid = c.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in spec.by_solution_grade_id() and (which is None or gid in which):
+                c.source = _solution_text(src_by_gid[gid].source)
+        return nb
+
+    def cell_index(nb, gid):
+        return next(i for i, c in enumerate(nb.cells)
+                    if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+    def replace_a(body: str, prelude: str = "", after: str = ""):
+        """Solution notebook whose exercise-a cell defines a's function with ``body``."""
+        nb = solved()
+        i = cell_index(nb, a.solution_grade_id)
+        code = prelude + f"def {a.function}(*args, **kwargs):\n" + "".join(
+            f"    {line}\n" for line in body.strip("\n").split("\n")) + after
+        nb.cells[i].source = code
+        return nb
+
+    subs: list[Submission] = []
+    add = lambda name, nb, exp, why, fname=None, **kw: subs.append(Submission(
+        name, fname or f"{chapter.slug}.ipynb", nb if isinstance(nb, bytes) else _dump(nb),
+        exp, why, **kw))
+
+    add("solution", solved(), full, "the instructor's solutions earn full marks")
+    add("blank", release, zero, "the blank release earns nothing")
+    add("partial", solved({a.solution_grade_id}), {**zero, a.exercise_id: a.points},
+        "only the first exercise is solved: exactly its points")
+    ref = f'from course_lib import grading\nreturn grading.get_exercise("{a.exercise_id}").reference(*args, **kwargs)'
+    add("calls-reference", replace_a(ref), a_zero,
+        "calls course_lib's reference: the guard fails it")
+    add("reference-guard-off", replace_a(
+        "import sys, threading\nsys.setprofile(None)\nthreading.setprofile(None)\n" + ref),
+        a_zero, "switches the profiler guard off first: the sandbox's reference has no body")
+    add("infinite-loop", replace_a("while True:\n    pass"), a_zero,
+        "never returns: the cell times out, the kernel restarts, the rest is graded")
+    add("os-exit", replace_a("import os\nos._exit(0)"), a_zero,
+        "kills its own kernel: that exercise only")
+    add("segfault", replace_a(_solution_body_call(a), prelude="",
+                              after="import ctypes\nctypes.string_at(0)\n"), a_zero,
+        "segfaults right after the def: the cell's kernel dies, the def is lost")
+    add("memory-bomb", replace_a("blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 26))"),
+        a_zero, "allocates until the address-space limit: MemoryError, that exercise only")
+    add("fork-bomb", replace_a("import os\nwhile True:\n    try:\n        os.fork()\n"
+                               "    except OSError:\n        pass"), a_zero,
+        "forks until the task limit, then spins: time-out, that exercise only")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += (
+        "\nimport subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; "
+        f"time.sleep(600)', '{MARKER}'], start_new_session=True)\n")
+    add("detached-child", nb, full, "a detached child survives its cell but not the sandbox")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += (
+        "\nprint('x' * 100_000_000)\nimport os\nos.write(1, b'y' * 10_000_000)\n")
+    add("huge-output", nb, full, "100 MB of printed output is capped, the solution still counts")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += "\nimport sys\nsys.exit(0)\n"
+    add("sys-exit", nb, full, "sys.exit() after the def: SystemExit is a cell error, the def stands")
+    nb = replace_a("return None")
+    nb.cells[cell_index(nb, a.test_grade_id)].source = "print('all tests passed')"
+    add("edited-tests", nb, a_zero, "a wrong solution with its test cell gutted: the source's tests run")
+    nb = solved()
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+    add("deleted-tests", nb, full, "test cells deleted: the source's tests run anyway")
+    nb = solved()
+    i = cell_index(nb, a.solution_grade_id)
+    stub = copy.deepcopy(release.cells[cell_index(release, a.solution_grade_id)])
+    stub["id"] = "copied-cell"
+    nb.cells.insert(i, stub)
+    add("duplicate-grade-id", nb, full,
+        "a copied solution cell (same grade_id, blank first, solved second): both run in order")
+    nb = solved()
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade"):
+            c.cell_type = "markdown"
+            c.pop("outputs", None)
+            c.pop("execution_count", None)
+    c = nb.cells[cell_index(nb, a.solution_grade_id)]
+    c.cell_type = "raw"
+    c.pop("outputs", None)
+    c.pop("execution_count", None)
+    add("changed-cell-types", nb, a_zero,
+        "test cells turned to markdown (source tests run) and a's solution turned to raw (not code)")
+    nb = solved()
+    for c in nb.cells:
+        c.metadata = {}
+        c.pop("id", None)
+    nb.nbformat_minor = 4
+    add("stripped-metadata", nb, full, "all cell metadata and ids removed: solutions found by def line")
+    add("colab", colab_transform(_dump(solved()), f"{chapter.slug}.ipynb"), full,
+        "saved from Colab", fname=f"Copy of {chapter.slug}.ipynb")
+    add("colab-blank", colab_transform(_dump(release), f"{chapter.slug}.ipynb"), zero,
+        "the blank release saved from Colab", fname=f"{chapter.slug} (1).ipynb")
+    add("malformed-json", _dump(solved())[:-200], zero, "truncated JSON: could not grade",
+        invalid=True)
+    v3 = nbformat.convert(solved(), 3)
+    add("nbformat-3", (nbformat.writes(v3, version=3)).encode(), full,
+        "nbformat 3: upgraded, then graded")
+    add("empty-file", b"", zero, "an empty file: could not grade", invalid=True)
+    add("other-chapter", other_chapter_nb or _other_chapter(), zero,
+        "another chapter's notebook: no solution of this chapter")
+    paths = json.dumps(secret_paths)
+    add("reads-secrets", replace_a(
+        "import glob, os, json, re\n"
+        f"for p in {paths} + glob.glob('/work/**/*.ipynb', recursive=True):\n"
+        "    try:\n"
+        "        text = open(p, encoding='utf-8', errors='ignore').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if 'BEGIN SOLUTION' in text:\n"
+        "        for cell in json.loads(text)['cells']:\n"
+        "            src = ''.join(cell['source'])\n"
+        f"            if 'def {a.function}(' in src and 'BEGIN SOLUTION' in src:\n"
+        "                ns = {}\n"
+        "                exec('import torch, math\\nimport torch.nn.functional as F\\n' + src, ns)\n"
+        f"                return ns['{a.function}'](*args, **kwargs)\n"
+        "return None"), a_zero,
+        "looks for the source notebook, other submissions and the gradebook: none are there")
+    add("writes-gradebook", replace_a(
+        "import sqlite3\n"
+        f"for p in {paths}:\n"
+        "    if p.endswith('.db'):\n"
+        "        try:\n"
+        "            db = sqlite3.connect(p)\n"
+        "            db.execute('update grade set auto_score = 1000')\n"
+        "            db.commit()\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "return None"), a_zero, "tries to write the gradebook: it is not in the sandbox")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += (
+        "\nimport socket\ntry:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'leak')\n"
+        "except OSError as err:\n    print('no network:', err)\n")
+    add("network", nb, full, "opens a socket to the host: no network; the solution still counts")
+    add("patched-testing", replace_a(
+        "return None",
+        prelude=("import numpy.testing, torch.testing\n"
+                 "numpy.testing.assert_allclose = lambda *a, **k: None\n"
+                 "torch.testing.assert_close = lambda *a, **k: None\n"
+                 "from course_lib import grading\n"
+                 "grading.compare_plain = lambda *a, **k: None\n")), a_zero,
+        "a wrong solution that patches numpy.testing/torch.testing/compare_plain: judged outside")
+    add("eq-always-true", replace_a(
+        "import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n        return True\n"
+        "return Liar()"), a_zero, "returns a tensor subclass whose __eq__ is always true")
+    add("input-transformer", replace_a(
+        "return None",
+        prelude=("def _rewrite(lines):\n"
+                 "    return ['pass\\n' if 'grading' in l or 'assert' in l else l for l in lines]\n"
+                 "get_ipython().input_transformers_post.append(_rewrite)\n")), a_zero,
+        "a wrong solution plus an input transformer that blanks test cells")
+    nb = solved()
+    i = cell_index(nb, a.solution_grade_id)
+    original = _solution_text(src_by_gid[a.solution_grade_id].source)
+    helper_src = original.replace(f"def {a.function}(", f"def _my_{a.function}(", 1)
+    helper = nbformat.v4.new_code_cell("import math\nimport torch\n" + helper_src
+                                       + "\nmodel = undefined_training_function(1000)\n")
+    helper.outputs = [nbformat.v4.new_output("stream", name="stdout", text="trained\n")]
+    helper.execution_count = 3
+    nb.cells.insert(i, helper)
+    nb.cells[i + 1].source = (f"def {a.function}(*args, **kwargs):\n"
+                              f"    return _my_{a.function}(*args, **kwargs)\n")
+    nb.cells[i + 1].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "42"},
+                                                      execution_count=4)]
+    add("helper-cells", nb, full,
+        "a correct solution through a helper in its own cell (with outputs and a demo line)")
+    return subs
+
+
+def _solution_body_call(ex) -> str:
+    return "raise NotImplementedError"
+
+
+def _other_chapter() -> bytes:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("def unrelated(x):\n    return x\n")
+    cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False,
+                                 "grade_id": "unrelated", "schema_version": 3}
+    nb.cells = [nbformat.v4.new_markdown_cell("# 9. Another chapter"), cell]
+    return _dump(nb)
+
+
+def write_suite(subs: list[Submission], root: Path) -> None:
+    for s in subs:
+        folder = root / s.student
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / s.filename).write_bytes(s.content)
+
+
+def load(chapter: Chapter) -> ChapterSpec:
+    return load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source, chapter.release)

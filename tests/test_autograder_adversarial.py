@@ -1,0 +1,191 @@
+"""The hardened grader against bad submissions, and the foundation checks with both engines.
+
+Each submission of tests/adversarial/generate.py carries the grade it must get and why. They are
+built from chapter 1's real release when it exists, else from the fixture chapter. The whole
+batch is graded in one run (parallel workers), so this also checks that no submission affects
+another, the gradebook or the machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autograder.paths import REPO, Chapter, find_chapters
+from tests.adversarial.generate import MARKER, build_suite, load, write_suite
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("autograder-adversarial")]
+
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def _chapter() -> tuple[Chapter, dict[str, str]]:
+    """Chapter 1 when its source and release exist, else the fixture chapter (released to tmp)."""
+    env = dict(os.environ)
+    real = [c for c in find_chapters() if c.name.startswith("01-") and c.release.exists()]
+    if real:
+        return real[0], env
+    env["AUTOGRADER_EXTRA_EXERCISES"] = str(FIXTURES / "exercises")
+    return Chapter("00-fixture", FIXTURES / "solutions", FIXTURES / "_release"), env
+
+
+def _grade(chapter: Chapter, env: dict, subs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "autograder", "grade", chapter.name, str(subs), "--out", str(out),
+           "--source-root", str(chapter.source_root), "--release-root", str(chapter.release_root),
+           "--no-progress", *extra]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _grades(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", newline="") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+class _Listener:
+    """A TCP server on the host's loopback that records any connection a sandbox makes."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.connections += 1
+                conn.close()
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    chapter, env = _chapter()
+    if chapter.name == "00-fixture":
+        from autograder.release import release
+
+        chapter.release.parent.mkdir(parents=True, exist_ok=True)
+        release([chapter])
+    spec = load(chapter)
+    tmp = tmp_path_factory.mktemp("adversarial")
+    out = tmp / "out"
+    listener = _Listener()
+    secrets = [str(chapter.source), str(out / "gradebook.db"), str(tmp / "subs"),
+               str(REPO / "solutions"), str(REPO / ".git")]
+    subs = build_suite(chapter, spec, secret_paths=secrets, port=listener.port)
+    write_suite(subs, tmp / "subs")
+    proc = _grade(chapter, env, tmp / "subs", out, "--cell-timeout", "8", "--workers", "2")
+    listener.close()
+    yield {"chapter": chapter, "env": env, "spec": spec, "subs": subs, "out": out, "tmp": tmp,
+           "proc": proc, "listener": listener}
+    if chapter.name == "00-fixture":
+        import shutil
+
+        shutil.rmtree(FIXTURES / "_release", ignore_errors=True)
+
+
+def test_batch_completes_with_every_submission_in_grades(suite) -> None:
+    assert suite["proc"].returncode == 0, suite["proc"].stderr[-3000:]
+    grades = _grades(suite["out"])
+    assert sorted(grades) == sorted(s.student for s in suite["subs"])
+
+
+@pytest.mark.parametrize("name", [
+    "solution", "blank", "partial", "calls-reference", "reference-guard-off", "infinite-loop",
+    "os-exit", "segfault", "memory-bomb", "fork-bomb", "detached-child", "huge-output",
+    "sys-exit", "edited-tests", "deleted-tests", "duplicate-grade-id", "changed-cell-types",
+    "stripped-metadata", "colab", "colab-blank", "malformed-json", "nbformat-3", "empty-file",
+    "other-chapter", "reads-secrets", "writes-gradebook", "network", "patched-testing",
+    "eq-always-true", "input-transformer", "helper-cells"])
+def test_each_submission_gets_exactly_its_grade(suite, name: str) -> None:
+    sub = next(s for s in suite["subs"] if s.student == name)
+    row = _grades(suite["out"])[name]
+    got = {ex.exercise_id: float(row[ex.name]) for ex in suite["spec"].exercises}
+    assert got == sub.expected, f"{name} ({sub.why}): got {got}, expected {sub.expected}"
+    assert float(row["total"]) == sum(sub.expected.values())
+    result = json.loads((suite["out"] / "results" / f"{name}.json").read_text())
+    assert (result["status"] == "could not grade") == sub.invalid, result.get("reason")
+
+
+def test_no_process_network_or_gradebook_leak(suite) -> None:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert MARKER not in ps, "a detached child outlived its sandbox"
+    assert suite["listener"].connections == 0, "a sandbox reached the host's network"
+    from nbgrader.api import Gradebook
+
+    grades = _grades(suite["out"])
+    with Gradebook(f"sqlite:///{suite['out'] / 'gradebook.db'}") as gb:
+        for sid, row in grades.items():
+            sub = gb.find_submission(suite["chapter"].name, sid)
+            assert sub.score == pytest.approx(float(row["total"])), sid
+
+
+def test_feedback_never_shows_hidden_tests(suite) -> None:
+    spec = suite["spec"]
+    pages = list((suite["out"] / "feedback").glob("*.html"))
+    assert len(pages) == len(suite["subs"])
+    for page in pages:
+        text = page.read_text()
+        for ex in spec.exercises:
+            assert "BEGIN HIDDEN TESTS" not in text and "grading.check(" not in text, page.name
+    notes = (suite["out"] / "feedback" / "stripped-metadata.html").read_text()
+    assert "line" in notes and "metadata was missing" in notes
+    assert "could not grade" in (suite["out"] / "feedback" / "empty-file.html").read_text().lower()
+
+
+def test_rerun_is_cached_and_a_late_file_grades_only_itself(suite, tmp_path) -> None:
+    subs = suite["tmp"] / "subs"
+    before = (suite["out"] / "grades.csv").read_text()
+    late = subs / "late-student"
+    late.mkdir()
+    solution = next(s for s in suite["subs"] if s.student == "solution")
+    (late / f"Copy of {suite['chapter'].slug}.ipynb").write_bytes(solution.content)
+    proc = _grade(suite["chapter"], suite["env"], subs, suite["out"], "--cell-timeout", "8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(suite["out"] / "report.csv", newline="") as f:
+        status = {row["student_id"]: row["status"] for row in csv.DictReader(f)}
+    assert status["late-student"] == "graded"
+    assert all(v.endswith("(cached)") for k, v in status.items() if k != "late-student")
+    after = _grades(suite["out"])
+    assert float(after["late-student"]["total"]) == suite["spec"].max_total
+    old_rows = [line for line in before.splitlines()]
+    new_rows = [line for line in (suite["out"] / "grades.csv").read_text().splitlines()
+                if not line.startswith("late-student,")]
+    assert old_rows == new_rows
+
+
+def test_stock_nbgrader_engine_foundation(suite, tmp_path) -> None:
+    """The real nbgrader pipeline: full marks, zero, exactly the solved points, reference = 0."""
+    subs = tmp_path / "subs"
+    chosen = [s for s in suite["subs"]
+              if s.student in ("solution", "blank", "partial", "calls-reference")]
+    write_suite(chosen, subs)
+    env = {**suite["env"], "COURSE_LIB_QUICK": "1"}
+    proc = _grade(suite["chapter"], env, subs, tmp_path / "out", "--engine", "nbgrader")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grades = _grades(tmp_path / "out")
+    for sub in chosen:
+        got = {ex.exercise_id: float(grades[sub.student][ex.name]) for ex in suite["spec"].exercises}
+        assert got == sub.expected, (sub.student, got)
+    for page in (tmp_path / "out" / "feedback").glob("*.html"):
+        assert "BEGIN HIDDEN TESTS" not in page.read_text()
