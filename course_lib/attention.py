@@ -193,7 +193,6 @@ def scaled_dot_product_attention(
                                query.shape[-2], key.shape[-2]))
     if mask is not None:
         _check_mask(mask, scores_shape)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     if impl == "fast":
         if return_weights:
             raise ValueError("impl='fast' does not return weights; use impl='reference'")
@@ -206,11 +205,13 @@ def scaled_dot_product_attention(
                 # Some backends give NaN (and NaN gradients) for a query with no allowed key. Let
                 # such queries attend everywhere, then zero their output: finite both ways.
                 mask = mask | ~has_key
+        # scale=None lets torch apply its own default, 1/sqrt(d_k).
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                              dropout_p=dropout_p, scale=scale)
         if has_key is not None:
             out = out.masked_fill(~has_key, 0.0)
         return out
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., T_q, T_k)
     weights = masked_softmax(scores, mask)            # (..., T_q, T_k), rows sum to 1 (or 0)
     if dropout_p > 0.0:
