@@ -1,0 +1,124 @@
+"""Benchmark: stock ``nbgrader autograde`` against ``python -m autograder grade`` (hardened).
+
+Grades the same 20 mixed submissions of chapter 1 (solutions, blanks, partial solutions, Colab
+copies, stripped metadata, helper cells, a reference call; the fixture chapter when chapter 1
+does not exist yet) with:
+
+* stock nbgrader: the ``nbgrader autograde`` command line, one call per student as nbgrader's
+  docs show, in full mode (the chapter's demos train for real), 600 s cell timeout;
+* the hardened engine: one ``python -m autograder grade`` call, one worker per core.
+
+Stock nbgrader needs about a chapter's full run per submission, so ``--stock-sample N`` times N
+of the 20 with stock nbgrader and extrapolates linearly to 20 (printed as an estimate).
+
+Run: ``.venv/bin/python bench/grading_speed.py --stock-sample 2`` (a script, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder.paths import Chapter, find_chapters  # noqa: E402
+from autograder.release import release  # noqa: E402
+from tests.adversarial.generate import build_suite, load, write_suite  # noqa: E402
+
+MIX = ["solution", "blank", "partial", "calls-reference", "stripped-metadata", "colab",
+       "helper-cells", "colab-blank", "deleted-tests", "nbformat-3"]
+
+
+def pick_chapter(tmp: Path) -> tuple[Chapter, dict[str, str]]:
+    env = dict(os.environ)
+    real = [c for c in find_chapters() if c.name.startswith("01-") and c.release.exists()]
+    if real:
+        return real[0], env
+    env["AUTOGRADER_EXTRA_EXERCISES"] = str(REPO / "tests" / "fixtures" / "exercises")
+    os.environ["AUTOGRADER_EXTRA_EXERCISES"] = env["AUTOGRADER_EXTRA_EXERCISES"]
+    chapter = Chapter("00-fixture", REPO / "tests" / "fixtures" / "solutions", tmp / "release")
+    release([chapter])
+    return chapter, env
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stock-sample", type=int, default=20,
+                    help="grade only N of the 20 with stock nbgrader and extrapolate")
+    ap.add_argument("--n", type=int, default=20)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="grading-speed-"))
+    chapter, env = pick_chapter(tmp)
+    from autograder.paths import register_extra_exercises
+
+    register_extra_exercises()
+    spec = load(chapter)
+    base = {s.student: s for s in build_suite(chapter, spec, secret_paths=[], port=9)}
+    subs = []
+    for i in range(args.n):
+        s = base[MIX[i % len(MIX)]]
+        s = type(s)(**{**s.__dict__, "student": f"s{i:02d}-{s.student}"})
+        subs.append(s)
+    write_suite(subs, tmp / "subs")
+    py = sys.executable
+    bindir = str(Path(py).parent)
+
+    # --- hardened
+    t0 = time.time()
+    hard_cmd = [py, "-m", "autograder", "grade", chapter.name, str(tmp / "subs"), "--out",
+                str(tmp / "out-hardened"), "--source-root", str(chapter.source_root),
+                "--release-root", str(chapter.release_root), "--no-progress", "--force"]
+    subprocess.run(hard_cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    hard = time.time() - t0
+
+    # --- stock nbgrader CLI, full mode
+    course = tmp / "stock"
+    (course / "source" / chapter.name).mkdir(parents=True)
+    shutil.copyfile(chapter.source, course / "source" / chapter.name / f"{chapter.slug}.ipynb")
+    (course / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.CourseDirectory.root = %r\nc.Execute.timeout = 600\n" % str(course))
+    stock_env = {k: v for k, v in env.items() if k != "COURSE_LIB_QUICK"}
+    stock_env["PATH"] = bindir + os.pathsep + stock_env.get("PATH", "")
+    if env.get("AUTOGRADER_EXTRA_EXERCISES"):
+        import course_lib
+
+        lib = tmp / "lib"
+        shutil.copytree(Path(course_lib.__file__).parent, lib / "course_lib")
+        for f in Path(env["AUTOGRADER_EXTRA_EXERCISES"]).glob("*.py"):
+            shutil.copyfile(f, lib / "course_lib" / "exercises" / f.name)
+        stock_env["PYTHONPATH"] = str(lib)
+    nbg = [py, "-m", "nbgrader"]
+    subprocess.run(nbg + ["generate_assignment", chapter.name, "--force"], cwd=course,
+                   env=stock_env, check=True, capture_output=True)
+    sample = subs[: max(1, min(args.stock_sample, len(subs)))]
+    t0 = time.time()
+    for s in sample:
+        d = course / "submitted" / s.student / chapter.name
+        d.mkdir(parents=True)
+        (d / f"{chapter.slug}.ipynb").write_bytes(s.content)
+        subprocess.run(nbg + ["autograde", chapter.name, "--student", s.student, "--force"],
+                       cwd=course, env=stock_env, capture_output=True)
+    stock_sample = time.time() - t0
+    stock = stock_sample * len(subs) / len(sample)
+    est = "" if len(sample) == len(subs) else (
+        f" (ESTIMATE: {len(sample)} of {len(subs)} timed, {stock_sample:.1f} s, extrapolated)")
+    print(f"chapter {chapter.name}, {len(subs)} submissions, {os.cpu_count()} cores")
+    print(f"stock nbgrader autograde (CLI, full mode): {stock:.1f} s{est}, "
+          f"{60 * len(subs) / stock:.1f} submissions/minute")
+    print(f"hardened python -m autograder grade:       {hard:.1f} s, "
+          f"{60 * len(subs) / hard:.1f} submissions/minute")
+    print(f"speed-up: {stock / hard:.1f}x")
+    print(f"reproduce: {py} bench/grading_speed.py --stock-sample {args.stock_sample}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
