@@ -82,7 +82,7 @@ def plot_loss_curves(histories: History | Mapping[str, History], ax: Axes | None
 def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[str],
                    key_labels: Sequence[str], ax: Axes | None = None, title: str | None = None,
                    ylabel: str = "output token (query)",
-                   xlabel: str = "source token (key)") -> Figure:
+                   xlabel: str = "source token (key)", vmax: float | None = 1.0) -> Figure:
     """Heatmap of attention weights: one row per output (query), one column per source (key).
 
     Args:
@@ -91,6 +91,9 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
         key_labels: ``T_k`` column labels (the source tokens).
         ax: draw here instead of a new figure.
         title: the title.
+        ylabel, xlabel: axis labels.
+        vmax: the weight drawn brightest; 1 (default) keeps heatmaps comparable, ``None`` uses
+            the largest weight (for diffuse weights).
 
     Returns:
         The figure, with a colour bar of the weights.
@@ -101,8 +104,8 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
     if w.shape != (len(query_labels), len(key_labels)):
         raise ValueError(f"weights of shape {w.shape} need {w.shape[0]} query labels and "
                          f"{w.shape[1]} key labels, got {len(query_labels)} and {len(key_labels)}")
-    fig, ax = _new_axes(ax, (0.3 * w.shape[1] + 2.5, 0.3 * w.shape[0] + 1.8))
-    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    fig, ax = _new_axes(ax, (min(10.0, 0.3 * w.shape[1] + 2.5), min(8.0, 0.3 * w.shape[0] + 1.8)))
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(w.shape[1]), [repr(k)[1:-1] if k == " " else k for k in key_labels],
                   rotation=90 if max((len(k) for k in key_labels), default=0) > 1 else 0)
     ax.set_yticks(range(w.shape[0]), list(query_labels))
@@ -110,7 +113,7 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    fig.colorbar(image, ax=ax, label="attention weight (0 to 1)")
+    fig.colorbar(image, ax=ax, label="attention weight (0 to 1)" if vmax == 1.0 else "attention weight")
     return fig
 
 
