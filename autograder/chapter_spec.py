@@ -108,6 +108,27 @@ def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
              if c.cell_type == "code" and "setup" in c.metadata.get("tags", [])]
     if not setup:
         raise SpecError(f"{source}: no code cell tagged 'setup'")
+    # The imports of the chapter's other (demo) cells, so that a visible test that uses a module
+    # a demo imported (``decoding.greedy``) finds it without re-running the demo.
+    imports: list[str] = []
+    for c in nb.cells:
+        meta = _nbgrader(c)
+        if c.cell_type != "code" or "setup" in c.metadata.get("tags", []) or meta.get("grade") \
+                or meta.get("solution"):
+            continue
+        code = "\n".join(line for line in c.source.split("\n")
+                         if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                line = ast.unparse(node)
+                if line not in imports:
+                    imports.append(line)
+    if imports:
+        setup.append("\n".join(imports) + "\n")
     solutions: dict[str, tuple[str, str | None, list[str]]] = {}
     for cell in nb.cells:
         meta = _nbgrader(cell)
