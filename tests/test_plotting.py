@@ -41,6 +41,9 @@ def test_attention_heatmap_labels_and_shape_check() -> None:
     assert renders(fig)
     with pytest.raises(ValueError, match="labels"):
         plot_attention(w, ["1"], list("abcde"))
+    assert fig.axes[0].images[0].get_clim() == (0.0, 1.0)  # comparable across heatmaps
+    diffuse = plot_attention(w / 4, ["1", "2", "3"], list("abcde"), vmax=None)
+    assert diffuse.axes[0].images[0].get_clim()[1] == pytest.approx(float(w.max()) / 4)
 
 
 def test_accuracy_vs_length_in_percent() -> None:
