@@ -22,6 +22,7 @@ on a word far away. Everything is generated from a seed, offline.
 from __future__ import annotations
 
 import math
+from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -123,8 +124,11 @@ def make_recall_batch(config: RecallConfig, batch_size: int,
     return RecallBatch(keys, values, target, distance)
 
 
-class _RecallModel(nn.Module):
-    """Shared parts: the token embedding (key + value) and the readout at the query."""
+class _RecallModel(nn.Module, metaclass=ABCMeta):
+    """Shared parts: the token embedding (key + value) and the readout at the query.
+
+    Subclasses differ only in :meth:`mix`, the way information moves across positions.
+    """
 
     def __init__(self, config: RecallConfig, d_model: int) -> None:
         super().__init__()
@@ -138,9 +142,9 @@ class _RecallModel(nn.Module):
     def embed(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return self.key_embedding(keys) + self.value_embedding(values)  # (B, T, d)
 
+    @abstractmethod
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, d)`` to the representation of the query, ``(B, d)``."""
-        raise NotImplementedError  # each subclass is one way of mixing positions
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, n_values)`` for the value asked by the last token."""
