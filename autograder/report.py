@@ -92,8 +92,12 @@ def plot_distribution(path: Path, chapter: ChapterSpec, results: list[dict[str, 
 
     panels = [(ex.name, ex.exercise_id, ex.points) for ex in chapter.exercises]
     panels.append(("total", None, chapter.max_total))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 2.8), squeeze=False)
-    for ax, (name, eid, maxp) in zip(axes[0], panels):
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (name, eid, maxp) in zip(axes.flat, panels):
         vals = [(r["total"] if eid is None else r["exercises"].get(eid, {}).get("points", 0.0))
                 for r in results]
         bins = np.linspace(-0.5, maxp + 0.5, int(maxp) + 2) if maxp <= 20 else 20
@@ -101,7 +105,7 @@ def plot_distribution(path: Path, chapter: ChapterSpec, results: list[dict[str, 
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("points")
         ax.set_xlim(-0.5, maxp + 0.5)
-    axes[0][0].set_ylabel("students")
+        ax.set_ylabel("students")
     fig.suptitle(f"{chapter.name}: score distribution ({len(results)} students)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
