@@ -105,6 +105,8 @@ def plot_distribution(path: Path, chapter: ChapterSpec, results: list[dict[str, 
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("points")
         ax.set_xlim(-0.5, maxp + 0.5)
+        if maxp <= 10:
+            ax.set_xticks(range(int(maxp) + 1))
         ax.set_ylabel("students")
     fig.suptitle(f"{chapter.name}: score distribution ({len(results)} students)", fontsize=10)
     fig.tight_layout()

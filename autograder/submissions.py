@@ -61,7 +61,8 @@ def extract_zip(zip_path: Path, dest: Path) -> Path:
         for info in infos:
             name = info.filename.replace("\\", "/")
             parts = [p for p in name.split("/") if p not in ("", ".")]
-            if not parts or ".." in parts or info.is_dir() or name.startswith("__MACOSX"):
+            if (not parts or ".." in parts or info.is_dir() or name.startswith(("/", "__MACOSX"))
+                    or ":" in parts[0]):
                 continue
             target = dest.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ def test_spec_reads_exercises_points_and_hidden_calls(spec) -> None:
     assert spec.max_total == 5.0
     assert "grading.check" in spec.exercises[0].hidden_test
     assert "grading.check" not in spec.exercises[0].visible_test
-    assert len(spec.setup) == 1
+    assert "seed_everything(0)" in spec.setup[0]
+    assert spec.setup[1] == "from course_lib import attention\n"  # what the demo cell imports
 
 
 def test_mapping_folders_flat_names_roster_and_duplicates(tmp_path: Path) -> None:
@@ -132,3 +133,34 @@ def test_judge_rejects_oversized_or_non_array_records(tmp_path: Path) -> None:
         z.writestr("payload.pkl", b"x")
     with pytest.raises(ValueError, match="other than arrays"):
         load_record_safely(bad)
+
+
+def test_lms_zip_is_extracted_safely(tmp_path: Path) -> None:
+    import zipfile
+
+    from autograder.submissions import extract_zip
+
+    z = tmp_path / "export.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr("export/alice/seq2seq.ipynb", "{}")
+        f.writestr("export/bob/Copy of seq2seq.ipynb", "{}")
+        f.writestr("../evil.ipynb", "{}")
+        f.writestr("/abs/evil2.ipynb", "{}")
+    root = extract_zip(z, tmp_path / "x")
+    assert root == tmp_path / "x" / "export"
+    assert not (tmp_path / "evil.ipynb").exists()
+    files = {f.rel: f.student for f in discover(root, "seq2seq", None)}
+    assert files == {"alice/seq2seq.ipynb": "alice", "bob/Copy of seq2seq.ipynb": "bob"}
+
+
+def test_committed_colab_fixtures_match_their_generator() -> None:
+    """tests/fixtures/colab/*.ipynb are what transform.py makes of the fixture release."""
+    from tests.fixtures.colab.transform import colab_transform
+
+    colab = FIXTURES / "colab"
+    for name in ("fixture-solution.ipynb", "fixture-blank.ipynb"):
+        nb = json.loads((colab / name).read_text())
+        assert nb["nbformat_minor"] == 0 and nb["metadata"]["accelerator"] == "GPU"
+        assert "colab" in nb["metadata"]
+        assert all("id" not in c and "nbgrader" not in c["metadata"] for c in nb["cells"])
+        assert colab_transform(json.dumps(nb).encode(), "fixture.ipynb") == (colab / name).read_bytes()
