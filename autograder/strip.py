@@ -97,6 +97,8 @@ def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]
         extra_exercise_files: test-only exercise modules, copied into ``course_lib/exercises``.
     """
     src_root = Path(course_lib.__file__).resolve().parent
+    dest.mkdir(parents=True, exist_ok=True)
+    dest.chmod(0o755)  # the sandbox's unprivileged uid reads it
     target = dest / "course_lib"
     if target.exists():
         shutil.rmtree(target)
@@ -117,4 +119,6 @@ def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]
         text, done = strip_source(path.read_text(encoding="utf-8"), names)
         out.write_text(text, encoding="utf-8")
         stripped += [f"{out.relative_to(dest)}:{q}" for q in done]
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     return sorted(stripped)
