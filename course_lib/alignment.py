@@ -105,7 +105,9 @@ def additive_score(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor, W
 
 
 def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    r"""Luong's dot score :math:`a(q_i, k_j) = q_i^\top k_j`: ``(B, T_q, d) x (B, T_k, d) -> (B, T_q, T_k)``.
+    r"""Luong's dot score :math:`a(q_i, k_j) = q_i^\top k_j`, for every query and key.
+
+    Shapes: ``(B, T_q, d)`` and ``(B, T_k, d)`` -> ``(B, T_q, T_k)``.
 
     Example:
         >>> dot_score(torch.ones(1, 1, 2), torch.tensor([[[1.0, 2.0], [0.0, -1.0]]]))
@@ -203,7 +205,8 @@ class LuongAttention(nn.Module):
         if score not in ("dot", "general"):
             raise ValueError(f"score must be 'dot' or 'general', got {score!r}")
         if score == "dot" and query_dim != key_dim:
-            raise ValueError(f"the dot score needs query_dim == key_dim, got {query_dim}, {key_dim}")
+            raise ValueError(f"the dot score needs query_dim == key_dim, got {query_dim}, "
+                             f"{key_dim}")
         self.score = score
         self.W = nn.Parameter(torch.empty(query_dim, key_dim)) if score == "general" else None
         if self.W is not None:

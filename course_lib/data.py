@@ -156,7 +156,8 @@ def _unique_pairs(make: Callable[[random.Random], Pair], n: int, rng: random.Ran
 
 
 def _split(pairs: list[Pair], n_train: int, n_val: int, n_test: int) -> tuple[list[Pair], ...]:
-    return pairs[:n_train], pairs[n_train:n_train + n_val], pairs[n_train + n_val:n_train + n_val + n_test]
+    end_val = n_train + n_val
+    return pairs[:n_train], pairs[n_train:end_val], pairs[end_val:end_val + n_test]
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +265,8 @@ def date_task(config: DateTaskConfig = DateTaskConfig()) -> Splits:
         [3, 1, 1]
     """
     if config.min_year < 1 or config.max_year > 9999 or config.min_year > config.max_year:
-        raise ValueError(f"need 1 <= min_year <= max_year <= 9999, got {config.min_year}..{config.max_year}")
+        raise ValueError("need 1 <= min_year <= max_year <= 9999, got "
+                         f"{config.min_year}..{config.max_year}")
     if config.max_year - config.min_year >= 100 and set(config.formats) & _TWO_DIGIT_YEAR:
         raise ValueError("two-digit years are ambiguous over more than 100 years; narrow the range")
     rng = random.Random(config.seed)
@@ -409,7 +411,8 @@ class Batch:
         return self.src.shape[0]
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(seqs: Sequence[Sequence[int]],
+                  pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists into ``(B, L)`` long ids and a ``(B, L)`` bool mask (True = real).
 
     Example:
@@ -431,7 +434,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch
 def collate(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> Batch:
     """Encode and pad ``(source, target)`` string pairs into a :class:`Batch`."""
     src, src_mask = pad_sequences([src_vocab.encode(s) for s, _ in pairs], src_vocab.pad_id)
-    tgt_in, _ = pad_sequences([tgt_vocab.encode(t, add_bos=True) for _, t in pairs], tgt_vocab.pad_id)
+    tgt_in, _ = pad_sequences([tgt_vocab.encode(t, add_bos=True) for _, t in pairs],
+                              tgt_vocab.pad_id)
     tgt_out, tgt_mask = pad_sequences([tgt_vocab.encode(t, add_eos=True) for _, t in pairs],
                                       tgt_vocab.pad_id)
     return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask)

@@ -51,7 +51,7 @@ def _next_log_probs(step: StepFn, tokens: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def greedy_decode(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
                   eos_id: int | None = None, pad_id: int | None = None) -> torch.Tensor:
-    r"""Greedy search: append :math:`\hat y_t = \arg\max_v p(v \mid \hat y_{<t}, x)` until ``<eos>``.
+    r"""Greedy search: append :math:`\hat y_t = \arg\max_v p(v \mid \hat y_{<t}, x)` until eos.
 
     Args:
         step: ``(B, t) -> (B, V)`` next-token logits.
@@ -128,7 +128,8 @@ def beam_search(step: StepFn, prompt: torch.Tensor, beam_width: int, max_new_tok
     """
     prompt = _check_prompt(prompt)
     if prompt.shape[0] != 1:
-        raise ValueError(f"beam_search decodes one sequence; prompt has batch size {prompt.shape[0]}")
+        raise ValueError("beam_search decodes one sequence; prompt has batch size "
+                         f"{prompt.shape[0]}")
     if beam_width < 1:
         raise ValueError(f"beam_width must be >= 1, got {beam_width}")
     t0 = prompt.shape[1]
@@ -148,7 +149,8 @@ def beam_search(step: StepFn, prompt: torch.Tensor, beam_width: int, max_new_tok
         stay[:, eos_id] = scores
         cand = torch.where(finished[:, None], stay, cand)
         flat = cand.reshape(-1)  # (k * V,)
-        top_scores, top_index = flat.topk(min(beam_width, int(torch.isfinite(flat).sum().clamp(min=1))))
+        n_finite = int(torch.isfinite(flat).sum().clamp(min=1))  # never keep impossible ones
+        top_scores, top_index = flat.topk(min(beam_width, n_finite))
         rows, tokens = top_index // vocab, top_index % vocab
         beams = torch.cat([beams[rows], tokens[:, None]], dim=1)  # (k', t + 1)
         finished = finished[rows] | (tokens == eos_id)

@@ -98,7 +98,9 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
     Returns:
         The figure, with a colour bar of the weights.
     """
-    w = weights.detach().cpu().float().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().cpu().float().numpy()
+    w = np.asarray(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be 2-D (queries, keys), got shape {w.shape}")
     if w.shape != (len(query_labels), len(key_labels)):
@@ -113,7 +115,8 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    fig.colorbar(image, ax=ax, label="attention weight (0 to 1)" if vmax == 1.0 else "attention weight")
+    label = "attention weight (0 to 1)" if vmax == 1.0 else "attention weight"
+    fig.colorbar(image, ax=ax, label=label)
     return fig
 
 

@@ -25,7 +25,8 @@ Example:
     >>> cfg = Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=7)
     >>> model = AttentionSeq2Seq(cfg)
     >>> src, mask = torch.randint(4, 10, (2, 5)), torch.ones(2, 5, dtype=torch.bool)
-    >>> logits, weights = model(src, mask, torch.ones(2, 3, dtype=torch.long), return_attention=True)
+    >>> tgt_in = torch.ones(2, 3, dtype=torch.long)
+    >>> logits, weights = model(src, mask, tgt_in, return_attention=True)
     >>> logits.shape, weights.shape
     (torch.Size([2, 3, 7]), torch.Size([2, 3, 5]))
 """
@@ -104,14 +105,17 @@ class Encoder(nn.Module):
         super().__init__()
         if config.hidden_dim % 2:
             raise ValueError(f"hidden_dim must be even (two directions), got {config.hidden_dim}")
-        self.embedding = nn.Embedding(config.src_vocab_size, config.emb_dim, padding_idx=config.pad_id)
+        self.embedding = nn.Embedding(config.src_vocab_size, config.emb_dim,
+                                      padding_idx=config.pad_id)
         self.rnn = nn.GRU(config.emb_dim, config.hidden_dim // 2, batch_first=True,
                           bidirectional=True)
 
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, src: torch.Tensor,
+                src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = src_mask.sum(dim=1)
         if bool((lengths == 0).any()):
-            raise ValueError("every source needs at least one real token (a row of src_mask is all False)")
+            raise ValueError("every source needs at least one real token (a row of src_mask is "
+                             "all False)")
         packed = pack_padded_sequence(self.embedding(src), lengths.cpu(), batch_first=True,
                                       enforce_sorted=False)
         out, last = self.rnn(packed)  # last: (2, B, H/2), forward and backward
@@ -253,7 +257,7 @@ class AttentionSeq2Seq(nn.Module):
 
     def decode(self, encoded: tuple[torch.Tensor, ...], tgt_in: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced ``(logits (B, T, V), weights (B, T, S))`` given :meth:`encode`'s output."""
+        """Teacher-forced ``(logits (B, T, V), weights (B, T, S))`` from :meth:`encode`."""
         memory, keys, mask, state = encoded
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -311,7 +315,8 @@ def translate(model: Seq2SeqModel, sources: Sequence[str], src_vocab: Vocab, tgt
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
-    device = next(model.parameters()).device if hasattr(model, "parameters") else torch.device("cpu")
+    params = model.parameters() if hasattr(model, "parameters") else iter(())
+    device = next(params, torch.empty(0)).device
     outputs: list[str] = []
     try:
         for start in range(0, len(sources), batch_size):

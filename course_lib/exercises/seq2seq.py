@@ -66,7 +66,8 @@ def _loss_cases() -> list[Case]:
         Case("float32, padded targets", lambda: make(1, 3, 5, 7, [5, 2, 4], f32)),
         Case("float64, batch size 1, no padding", lambda: make(2, 1, 6, 4, [6], f64)),
         Case("float32, one position per row is real", lambda: make(3, 4, 3, 9, [1, 1, 1, 1], f32)),
-        Case("float64, pad id 1, large vocabulary", lambda: make(4, 2, 7, 50, [3, 7], f64, pad_id=1)),
+        Case("float64, pad id 1, large vocabulary",
+             lambda: make(4, 2, 7, 50, [3, 7], f64, pad_id=1)),
         Case("float32, confident logits", lambda: make(5, 2, 4, 6, [4, 3], f32, scale=30.0)),
     ]
 
@@ -112,7 +113,8 @@ def _greedy_cases() -> list[Case]:
         Case("prompt of three tokens", lambda: make(3, 3, 3, 5, 5, f32, eos_bias=0.5)),
         Case("<eos> is rare: every row runs to max_new_tokens",
              lambda: make(4, 3, 1, 4, 6, f64, eos_bias=-20.0)),
-        Case("<eos> is likely: every row stops early", lambda: make(5, 5, 1, 4, 9, f32, eos_bias=6.0)),
+        Case("<eos> is likely: every row stops early",
+             lambda: make(5, 5, 1, 4, 9, f32, eos_bias=6.0)),
     ]
 
 
@@ -133,7 +135,8 @@ def _greedy_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str 
         row_e, row_g = expected[b, t0:width], got[b, t0:width]
         if eos in row_e:
             end = int(np.argmax(row_e == eos))
-            if np.array_equal(row_g[:end + 1], row_e[:end + 1]) and not np.array_equal(row_g, row_e):
+            same_until_eos = np.array_equal(row_g[:end + 1], row_e[:end + 1])
+            if same_until_eos and not np.array_equal(row_g, row_e):
                 return f"row {b} is right up to its <eos>; after it, write eos_id in every position"
     return None
 
@@ -175,7 +178,8 @@ def _beam_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | 
         return f"tokens must be 1-D (t0 + n,), got shape {tokens.shape}"
     t0 = inputs["prompt"].shape[1]
     if np.array_equal(tokens, exp_tokens):
-        return "the tokens are right; the score must be their total log-probability (not normalised)"
+        return ("the tokens are right; the score must be their total log-probability "
+                "(not normalised)")
     greedy = decoding.greedy_decode(inputs["step"], inputs["prompt"], inputs["max_new_tokens"],
                                     inputs["eos_id"])[0].numpy()
     if np.array_equal(tokens, greedy):
@@ -202,7 +206,8 @@ def _softmax_cases() -> list[Case]:
         return {"scores": _randn(1, 2, 3, 5), "mask": _key_mask([5, 2], 5)[:, None, :]}
 
     def batch_one() -> dict[str, Any]:
-        return {"scores": _randn(2, 1, 1, 4, dtype=f64), "mask": torch.tensor([[[True, True, False, True]]])}
+        return {"scores": _randn(2, 1, 1, 4, dtype=f64),
+                "mask": torch.tensor([[[True, True, False, True]]])}
 
     def fully_masked() -> dict[str, Any]:
         mask = torch.rand(3, 4, 6, generator=_gen(3)) < 0.6
@@ -236,7 +241,8 @@ def _weights_diagnose(weights: np.ndarray, mask: torch.Tensor, expected: np.ndar
             if not mrow.any():
                 return (f"{what}: {where} has every key masked and came out NaN; such a row must "
                         "be all zeros")
-            return f"{what}: {where} has NaN (exponentiating large scores overflows: subtract the row max)"
+            return (f"{what}: {where} has NaN (exponentiating large scores overflows: subtract "
+                    "the row max)")
         leaked = np.flatnonzero(~mrow & (np.abs(row) > 1e-6))
         if leaked.size:
             j = int(leaked[0])
@@ -283,7 +289,8 @@ def _additive_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> st
             np.allclose(np.swapaxes(got, 1, 2), expected, rtol=1e-4, atol=1e-5):
         return "your scores are transposed: the result is (B, T_q, T_k), one row per query"
     q, k = inputs["query"], inputs["keys"]
-    swapped = torch.tanh((q @ inputs["W_q"].T)[:, :, None] - (k @ inputs["W_k"].T)[:, None]) @ inputs["v"]
+    q_proj, k_proj = q @ inputs["W_q"].T, k @ inputs["W_k"].T  # (B, T_q, d_a), (B, T_k, d_a)
+    swapped = torch.tanh(q_proj[:, :, None] - k_proj[:, None]) @ inputs["v"]
     if got.shape == expected.shape and np.allclose(got, swapped.numpy(), rtol=1e-4, atol=1e-5):
         return "the score adds the two projections: tanh(W_q q + W_k k), not a difference"
     return None
@@ -336,7 +343,9 @@ def _context_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str
     message = _weights_diagnose(weights, mask, expected[1])
     if message:
         return message
-    if weights.shape == expected[1].shape and np.allclose(weights, expected[1], rtol=1e-4, atol=1e-5):
+    right_weights = weights.shape == expected[1].shape and np.allclose(
+        weights, expected[1], rtol=1e-4, atol=1e-5)
+    if right_weights:
         return "the weights are right; the context must be their weighted sum of the values"
     return None
 
@@ -374,7 +383,8 @@ def _decoder_step_cases() -> list[Case]:
     return [
         Case("float32, padded sources", lambda: make(1, 3, 6, 9, 4, 5, 6, 7, f32, [6, 2, 4])),
         Case("float64, batch size 1", lambda: make(2, 1, 4, 5, 3, 4, 4, 3, f64, [4])),
-        Case("float32, H != H_enc, one source token", lambda: make(3, 2, 5, 7, 2, 3, 8, 4, f32, [1, 5])),
+        Case("float32, H != H_enc, one source token",
+             lambda: make(3, 2, 5, 7, 2, 3, 8, 4, f32, [1, 5])),
         Case("float64, no padding", lambda: make(4, 2, 3, 6, 5, 6, 2, 5, f64, [3, 3])),
     ]
 
@@ -396,7 +406,8 @@ def _decoder_step_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -
             return ("the weights are right but the new state is not: feed [embedding(y_prev); "
                     "context] (in that order) to gru_cell with the previous state")
         if not ok[0]:
-            return "weights and state are right; the logits are out([new_state; context; embedding])"
+            return ("weights and state are right; the logits are "
+                    "out([new_state; context; embedding])")
         return None
     return f"expected tensors for {', '.join(names)}"
 
