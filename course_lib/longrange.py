@@ -256,6 +256,11 @@ def train_recall(model: _RecallModel, train: TrainConfig = TrainConfig(),
 
     Returns:
         The training loss of every step.
+
+    Example:
+        >>> model = AttentionModel(RecallConfig(length=8, n_pairs=2), d_model=16)
+        >>> len(train_recall(model, TrainConfig(steps=3, batch_size=4)))
+        3
     """
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(train.seed)
@@ -291,6 +296,14 @@ def accuracy_by_distance(model: _RecallModel, batch: RecallBatch,
 
     Returns:
         ``(centres, accuracy, counts)``, each ``(n,)``; accuracy is NaN in an empty bin.
+
+    Example:
+        >>> config = RecallConfig(length=8, n_pairs=2)
+        >>> batch = make_recall_batch(config, 10, torch.Generator().manual_seed(0))
+        >>> centres, acc, counts = accuracy_by_distance(LinearMixer(config, 8), batch,
+        ...                                             torch.tensor([1, 4, 8]))
+        >>> centres.tolist(), int(counts.sum())
+        ([2.5, 6.0], 10)
     """
     device = next(model.parameters()).device
     model.eval()
