@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_lib import transformer as tf
@@ -392,3 +393,20 @@ def test_chapter1_decoders_run_on_the_model(device: str) -> None:
     wide, wide_score = decoding.beam_search(step, prompt[0], 4, 6, eos_id=eos)
     assert torch.equal(greedy, decoding.greedy_decode(step, prompt[:1], 6, eos)[0][:len(greedy)])
     assert wide_score >= greedy_score - 1e-12
+
+
+def test_chapter1_training_and_scoring_helpers_take_the_model() -> None:
+    from course_lib import data, seq2seq
+
+    splits = data.date_task(data.DateTaskConfig(n_train=16, n_val=1, n_test=8))
+    config = tf.TransformerConfig(src_vocab_size=len(splits.src_vocab),
+                                  tgt_vocab_size=len(splits.tgt_vocab), d_model=D, n_heads=H,
+                                  d_ff=D_FF, dropout=0.0, max_len=64)
+    model = tf.Transformer(config)
+    batch = data.collate(splits.train, splits.src_vocab, splits.tgt_vocab)
+    loss = seq2seq.teacher_forcing_loss(model, batch)
+    expected = F.cross_entropy(model(batch.src, batch.src_mask, batch.tgt_in).flatten(0, 1),
+                                  batch.tgt_out.flatten(), ignore_index=0)
+    torch.testing.assert_close(loss, expected)
+    acc = seq2seq.exact_match(model, splits.test, splits.src_vocab, splits.tgt_vocab)
+    assert 0.0 <= acc <= 1.0
