@@ -96,7 +96,7 @@ def suite(tmp_path_factory):
                str(REPO / "solutions"), str(REPO / ".git")]
     subs = build_suite(chapter, spec, secret_paths=secrets, port=listener.port)
     write_suite(subs, tmp / "subs")
-    proc = _grade(chapter, env, tmp / "subs", out, "--cell-timeout", "8", "--workers", "2")
+    proc = _grade(chapter, env, tmp / "subs", out, "--cell-timeout", "20", "--workers", "2")
     listener.close()
     return {"chapter": chapter, "env": env, "spec": spec, "subs": subs, "out": out, "tmp": tmp,
             "proc": proc, "listener": listener}
@@ -158,7 +158,7 @@ def test_rerun_is_cached_and_a_late_file_grades_only_itself(suite, tmp_path) -> 
     late.mkdir()
     solution = next(s for s in suite["subs"] if s.student == "solution")
     (late / f"Copy of {suite['chapter'].slug}.ipynb").write_bytes(solution.content)
-    proc = _grade(suite["chapter"], suite["env"], subs, suite["out"], "--cell-timeout", "8")
+    proc = _grade(suite["chapter"], suite["env"], subs, suite["out"], "--cell-timeout", "20")
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(suite["out"] / "report.csv", newline="") as f:
         status = {row["student_id"]: row["status"] for row in csv.DictReader(f)}
