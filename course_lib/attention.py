@@ -128,7 +128,8 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
             f"and value {tuple(value.shape)}"
         )
     try:
-        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        if query.shape[:-2] != key.shape[:-2]:
+            torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     except RuntimeError:
         raise ValueError(
             f"the batch dimensions of query {tuple(query.shape)} and key {tuple(key.shape)} do "
@@ -189,10 +190,10 @@ def scaled_dot_product_attention(
     if impl not in IMPLS:
         raise ValueError(f"impl must be 'reference' or 'fast', got {impl!r}")
     _check_qkv(query, key, value)
-    scores_shape = torch.Size((*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]),
-                               query.shape[-2], key.shape[-2]))
     if mask is not None:
-        _check_mask(mask, scores_shape)
+        batch = (query.shape[:-2] if query.shape[:-2] == key.shape[:-2]
+                 else torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
+        _check_mask(mask, torch.Size((*batch, query.shape[-2], key.shape[-2])))
     if impl == "fast":
         if return_weights:
             raise ValueError("impl='fast' does not return weights; use impl='reference'")
