@@ -175,17 +175,24 @@ def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> No
 
     from autograder.judge import Judge
     from autograder.sandbox import Limits
-    from autograder.strip import build_sandbox_course_lib
+    from autograder.strip import build_sandbox_course_lib, needed_by_cases
 
     if not todo:
         return
     refs = []
-    for ex in grading.chapter_exercises(spec.exercise_chapter).values():
+    exercises = list(grading.chapter_exercises(spec.exercise_chapter).values())
+    for ex in exercises:
         refs += [ex.reference, *ex.forbidden]
+    kept = needed_by_cases(exercises, refs)
+    if kept:
+        names = ", ".join(sorted({getattr(o, "__qualname__", repr(o)) for o in kept}))
+        print(f"note: the hidden cases build their inputs with {names}; these keep their bodies "
+              "in the sandbox (the reference guard still fails a solution that calls them)",
+              file=sys.stderr)
     course_dir = out / "work" / "sandbox-course"
     extra = sorted(Path(os.environ[EXTRA_EXERCISES_ENV]).glob("*.py")) \
         if os.environ.get(EXTRA_EXERCISES_ENV) else []
-    build_sandbox_course_lib(course_dir, refs, extra)
+    build_sandbox_course_lib(course_dir, [r for r in refs if not any(r is k for k in kept)], extra)
     limits = Limits(memory_bytes=args.memory_mb << 20, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout)
     judge = Judge()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -20,6 +21,46 @@ import course_lib
 
 MESSAGE = ("course_lib's implementation of {name} is not available while grading: solve the "
            "exercise with your own code")
+
+
+def _codes(obj: Any) -> set[Any]:
+    obj = inspect.unwrap(obj) if callable(obj) else obj
+    if inspect.isclass(obj):
+        out = set()
+        for value in vars(obj).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if inspect.isfunction(value):
+                out.add(value.__code__)
+        return out
+    if inspect.isfunction(obj):
+        return {obj.__code__}
+    if hasattr(obj, "forward"):
+        return _codes(type(obj))
+    return set()
+
+
+def needed_by_cases(exercises: Iterable[Any], references: Iterable[Any]) -> list[Any]:
+    """The references that the hidden cases' input builders call themselves.
+
+    Those cannot lose their bodies in the sandbox (the sandbox builds the inputs); they stay
+    protected by course_lib's profiler guard only.
+    """
+    called: set[Any] = set()
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            called.add(frame.f_code)
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    try:
+        for ex in exercises:
+            for case in ex.cases():
+                case.inputs()
+    finally:
+        sys.setprofile(previous)
+    return [obj for obj in references if _codes(obj) & called]
 
 
 def _targets(objs: Iterable[Any]) -> dict[Path, set[str]]:
