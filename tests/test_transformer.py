@@ -410,3 +410,27 @@ def test_chapter1_training_and_scoring_helpers_take_the_model() -> None:
     torch.testing.assert_close(loss, expected)
     acc = seq2seq.exact_match(model, splits.test, splits.src_vocab, splits.tgt_vocab)
     assert 0.0 <= acc <= 1.0
+
+
+def test_gpt_rule_of_thumb_against_a_built_stack() -> None:
+    """A decoder-only (GPT) body is an encoder stack run with a causal mask: 12 d^2 L, roughly."""
+    d, L = 128, 2
+    config = tf.TransformerConfig(src_vocab_size=2, tgt_vocab_size=2, d_model=d, n_heads=4,
+                                  n_encoder_layers=L, d_ff=4 * d)
+    numel = tf.count_parameters(tf.Encoder(config))
+    assert numel == L * tf.encoder_layer_params(d, 4 * d)
+    assert abs(numel - tf.gpt_params_approx(d, L)) / numel < 0.01
+
+
+def test_fast_and_reference_attention_paths_agree() -> None:
+    kwargs = dict(src_vocab_size=9, tgt_vocab_size=10, d_model=D, n_heads=H, d_ff=D_FF,
+                  dropout=0.0)
+    torch.manual_seed(0)
+    fast = tf.Transformer(tf.TransformerConfig(**kwargs, attn_impl="fast")).double().eval()
+    ref = tf.Transformer(tf.TransformerConfig(**kwargs, attn_impl="reference")).double().eval()
+    ref.load_state_dict(fast.state_dict())
+    src = torch.randint(9, (2, 5), generator=_gen(0))
+    tgt = torch.randint(10, (2, 4), generator=_gen(1))
+    padding = _padding([5, 3], 5, "cpu")
+    torch.testing.assert_close(fast(src, padding, tgt), ref(src, padding, tgt),
+                               rtol=1e-10, atol=1e-10)
