@@ -93,9 +93,10 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
         "never returns: the cell times out, the kernel restarts, the rest is graded")
     add("os-exit", replace_a("import os\nos._exit(0)"), a_zero,
         "kills its own kernel: that exercise only")
-    add("segfault", replace_a(_solution_body_call(a), prelude="",
-                              after="import ctypes\nctypes.string_at(0)\n"), a_zero,
-        "segfaults right after the def: the cell's kernel dies, the def is lost")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += "\nimport ctypes\nctypes.string_at(0)\n"
+    add("segfault", nb, a_zero,
+        "a correct def, then a segfault in the same cell: the kernel dies, the def is lost")
     add("memory-bomb", replace_a("blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 26))"),
         a_zero, "allocates until the address-space limit: MemoryError, that exercise only")
     add("fork-bomb", replace_a("import os\nwhile True:\n    try:\n        os.fork()\n"
@@ -223,10 +224,6 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
     add("helper-cells", nb, full,
         "a correct solution through a helper in its own cell (with outputs and a demo line)")
     return subs
-
-
-def _solution_body_call(ex) -> str:
-    return "raise NotImplementedError"
 
 
 def _other_chapter() -> bytes:
