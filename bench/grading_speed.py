@@ -108,6 +108,19 @@ def main() -> int:
         subprocess.run(nbg + ["autograde", chapter.name, "--student", s.student, "--force"],
                        cwd=course, env=stock_env, capture_output=True)
     stock_sample = time.time() - t0
+    import csv
+    import sqlite3
+
+    db = sqlite3.connect(course / "gradebook.db")
+    stock_totals = {sid: total for sid, total in db.execute(
+        "select student.id, sum(grade.auto_score) from grade join submitted_notebook on "
+        "grade.notebook_id = submitted_notebook.id join submitted_assignment on "
+        "submitted_notebook.assignment_id = submitted_assignment.id join student on "
+        "submitted_assignment.student_id = student.id group by student.id")}
+    with open(tmp / "out-hardened" / "grades.csv", newline="") as f:
+        hard_totals = {row["student_id"]: float(row["total"]) for row in csv.DictReader(f)}
+    agree = all(abs((stock_totals.get(s.student) or 0.0) - hard_totals[s.student]) < 1e-9
+                for s in sample)
     stock = stock_sample * len(subs) / len(sample)
     est = "" if len(sample) == len(subs) else (
         f" (ESTIMATE: {len(sample)} of {len(subs)} timed, {stock_sample:.1f} s, extrapolated)")
@@ -117,6 +130,9 @@ def main() -> int:
     print(f"hardened python -m autograder grade:       {hard:.1f} s, "
           f"{60 * len(subs) / hard:.1f} submissions/minute")
     print(f"speed-up: {stock / hard:.1f}x")
+    print("totals of the stock-timed submissions, stock vs hardened: " + ", ".join(
+        f"{s.student} {stock_totals.get(s.student)} vs {hard_totals[s.student]:g}" for s in sample)
+        + (" (agree)" if agree else " (DISAGREE)"))
     print(f"reproduce: {py} bench/grading_speed.py --stock-sample {args.stock_sample}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
