@@ -174,7 +174,7 @@ def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> No
     from course_lib import grading
 
     from autograder.judge import Judge
-    from autograder.sandbox import Limits
+    from autograder.sandbox import Limits, acquire_slots
     from autograder.strip import build_sandbox_course_lib, needed_by_cases
 
     if not todo:
@@ -197,7 +197,7 @@ def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> No
                     notebook_timeout=args.notebook_timeout)
     judge = Judge()
     workers = args.workers or os.cpu_count() or 1
-    slots = list(range(workers))
+    slots, slot_locks = acquire_slots(workers)
     import threading
     lock = threading.Lock()
 
@@ -228,3 +228,5 @@ def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> No
             results[r["student_id"]] = _finish(spec, r)
             bar.update(1)
     bar.close()
+    for fd in slot_locks:
+        os.close(fd)

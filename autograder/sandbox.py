@@ -25,6 +25,7 @@ What the sandbox isolates (also in ``autograder/README.md``):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -33,12 +34,79 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
 REPLY_CAP = 48 * 1024 * 1024
+UID_BASE = 60000
+SLOT_LOCKS = Path(tempfile.gettempdir()) / "autograder-slots"
+
+
+def slot_uid(slot: int) -> int:
+    """The unprivileged uid the sandboxes of a worker slot run under (when run as root)."""
+    return UID_BASE + slot
+
+
+def acquire_slots(n: int) -> tuple[list[int], list[int]]:
+    """``n`` worker slots no other grading run on this machine holds: ``(slots, lock fds)``.
+
+    Each slot has its own uid, and a slot's uid is cleaned of every process between sandboxes,
+    so two concurrent runs must never share one: an exclusive ``flock`` per slot guarantees it.
+    Close the fds (or exit) to release.
+    """
+    SLOT_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    slots, fds = [], []
+    for slot in range(1000):
+        fd = os.open(SLOT_LOCKS / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        slots.append(slot)
+        fds.append(fd)
+        if len(slots) == n:
+            return slots, fds
+    for fd in fds:
+        os.close(fd)
+    raise RuntimeError("no free grading slot (1000 in use)")
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+def reap_uid(uid: int, timeout: float = 10.0) -> bool:
+    """Kill every process of ``uid`` until none is left; False if some survive ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = _pids_of_uid(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -121,7 +189,7 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_
         args += ["--setenv", k, v]
     python = [sys.executable, "-s", "/opt/grader/runner.py", str(cmd_fd), str(rep_fd)]
     if os.geteuid() == 0:
-        uid = 60000 + slot
+        uid = slot_uid(slot)
         args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
     else:
@@ -151,6 +219,8 @@ class Sandbox:
     started: float = field(default_factory=time.time)
 
     def start(self) -> None:
+        if os.geteuid() == 0 and not reap_uid(slot_uid(self.slot)):
+            raise SandboxDied("processes of an earlier sandbox of this slot would not die")
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
@@ -255,6 +325,8 @@ class Sandbox:
         except (OSError, AttributeError):
             pass
         self.proc = None
+        if os.geteuid() == 0:
+            reap_uid(slot_uid(self.slot))  # stragglers still leaving the PID namespace
         return code
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autograder.paths import REPO
-from autograder.sandbox import Limits, Sandbox, SandboxDied
+from autograder.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
 from autograder.strip import build_sandbox_course_lib
 
 PROBE = r"""
@@ -50,8 +50,18 @@ def course_dir(tmp_path_factory) -> Path:
     return dest
 
 
-def test_sandbox_isolates_files_network_processes_and_references(course_dir: Path) -> None:
-    box = Sandbox(course_dir, slot=7, limits=Limits(cell_timeout=30))
+@pytest.fixture()
+def slot():
+    import os
+
+    slots, fds = acquire_slots(1)
+    yield slots[0]
+    for fd in fds:
+        os.close(fd)
+
+
+def test_sandbox_isolates_files_network_processes_and_references(course_dir: Path, slot: int) -> None:
+    box = Sandbox(course_dir, slot=slot, limits=Limits(cell_timeout=30))
     box.start()
     try:
         reply = box.run("cell", PROBE % {"repo": str(REPO)}, 60)
@@ -69,14 +79,28 @@ def test_sandbox_isolates_files_network_processes_and_references(course_dir: Pat
     assert "not available while grading" in facts["reference"]
 
 
-def test_timeout_and_death_are_reported(course_dir: Path) -> None:
-    box = Sandbox(course_dir, slot=6, limits=Limits())
+def test_timeout_and_death_are_reported(course_dir: Path, slot: int) -> None:
+    box = Sandbox(course_dir, slot=slot, limits=Limits())
     box.start()
     with pytest.raises(SandboxDied) as err:
         box.run("cell", "while True:\n    pass", 2)
     assert err.value.timed_out
-    box = Sandbox(course_dir, slot=6, limits=Limits())
+    box = Sandbox(course_dir, slot=slot, limits=Limits())
     box.start()
     with pytest.raises(SandboxDied) as err:
         box.run("cell", "import os\nos._exit(3)", 20)
     assert not err.value.timed_out and "status 3" in err.value.reason
+
+
+def test_a_fork_bomb_leaves_nothing_behind(course_dir: Path, slot: int) -> None:
+    """After a fork bomb's sandbox is killed, its slot's uid has no process left."""
+    box = Sandbox(course_dir, slot=slot, limits=Limits())
+    box.start()
+    with pytest.raises(SandboxDied):
+        box.run("cell", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                "        pass", 3)
+    assert reap_uid(slot_uid(slot), timeout=0.1)
+    box = Sandbox(course_dir, slot=slot, limits=Limits())
+    box.start()  # the slot is usable again at once
+    assert box.run("cell", "print(1 + 1)", 20)["output"].strip() == "2"
+    box.kill()
