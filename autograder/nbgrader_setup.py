@@ -33,6 +33,7 @@ def nbgrader_config(root: Path, *, timeout: int = 600, db_url: str | None = None
             short for a chapter's demos on a 2-core CPU).
         db_url: the gradebook; default ``sqlite:///<root>/gradebook.db``.
     """
+    (Path(root) / "exchange").mkdir(parents=True, exist_ok=True)  # NbGraderAPI lists it on start
     c = Config()
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = "source"

@@ -15,7 +15,9 @@ What the sandbox isolates (also in ``autograder/README.md``):
   daemonised, ``setsid``) outlives the submission. IPC and UTS namespaces are new too.
 * **User**: as root, the student's process runs under an unprivileged uid of its own per worker
   slot (``setpriv``, no capabilities, ``no_new_privs``), so ``RLIMIT_NPROC`` caps its process and
-  thread count (a fork bomb hits the cap); as a normal user, a user namespace does the same.
+  thread count (a fork bomb hits the cap); slots are held with ``flock`` so concurrent runs never
+  share a uid, and every process of the slot's uid is killed before and after each sandbox; as a
+  normal user, a user namespace does the same.
 * **Limits**: ``RLIMIT_AS`` (address space, default 3 GiB), ``RLIMIT_NPROC`` (default 64 tasks),
   ``RLIMIT_FSIZE`` (64 MiB per file), ``RLIMIT_CORE`` 0, the tmpfs size; per-cell and
   per-notebook wall-clock limits enforced by the driver (a cell that overruns gets the whole
