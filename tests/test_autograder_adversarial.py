@@ -185,5 +185,8 @@ def test_stock_nbgrader_engine_foundation(suite, tmp_path) -> None:
     for sub in chosen:
         got = {ex.exercise_id: float(grades[sub.student][ex.name]) for ex in suite["spec"].exercises}
         assert got == sub.expected, (sub.student, got)
-    for page in (tmp_path / "out" / "feedback").glob("*.html"):
-        assert "BEGIN HIDDEN TESTS" not in page.read_text()
+    pages = list((tmp_path / "out" / "feedback").glob("*.html"))
+    assert len(pages) == len(chosen)
+    for page in pages:
+        text = page.read_text()
+        assert "BEGIN HIDDEN TESTS" not in text and "grading.check" not in text, page.name
