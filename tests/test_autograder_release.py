@@ -68,6 +68,7 @@ def test_check_release_names_the_drifted_chapter(tmp_path: Path) -> None:
     assert len(drifted) == 1 and drifted[0].startswith("00-fixture:")
 
 
+@pytest.mark.slow
 def test_cli_release_and_check_release(tmp_path: Path) -> None:
     roots = ["--source-root", str(FIXTURE_SOURCES), "--release-root", str(tmp_path)]
     ok = _run("release", "00", *roots)
@@ -81,6 +82,7 @@ def test_cli_release_and_check_release(tmp_path: Path) -> None:
     assert unknown.returncode != 0 and "99-nothing" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_committed_chapters_are_in_sync_with_solutions(tmp_path: Path) -> None:
     """chapters/ is what `make release` writes from solutions/, for every chapter there is."""
     chapters = find_chapters()

@@ -11,6 +11,8 @@ from autograder.paths import REPO
 from autograder.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
 from autograder.strip import build_sandbox_course_lib
 
+pytestmark = pytest.mark.slow  # starts sandboxed Python processes
+
 PROBE = r"""
 import json, os, socket, resource
 facts = {"uid": os.getuid(), "pids": sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}
