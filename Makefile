@@ -11,7 +11,7 @@ MATHJAX := _build/vendor/static/mathjax/tex-mml-chtml.js
 # Chromium drives the browser check of the website; bubblewrap sandboxes student code.
 SYSDEPS := chromium chromium-driver bubblewrap
 
-.PHONY: setup sysdeps book test test-fast release grade clean
+.PHONY: setup sysdeps book test test-fast release clean
 
 setup: $(STAMP) sysdeps $(MATHJAX)
 

@@ -155,7 +155,9 @@ def _code_objects(obj: Any) -> Iterable[Any]:
             if isinstance(value, (staticmethod, classmethod)):
                 value = value.__func__
             if inspect.isfunction(value):
-                yield value.__code__
+                # A decorated method (@torch.no_grad()) is a wrapper whose code object every
+                # function with that decorator shares: watch the function it wraps instead.
+                yield inspect.unwrap(value).__code__
     elif inspect.isfunction(obj) or inspect.ismethod(obj):
         yield obj.__code__
     elif hasattr(obj, "forward"):  # an nn.Module instance

@@ -27,6 +27,10 @@ class _RefModule(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
+    @torch.no_grad()
+    def frozen(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
 
 def _cases() -> list[Case]:
     def make(seed: int, shape: tuple[int, ...], dtype: torch.dtype):
@@ -138,6 +142,18 @@ def test_record_keeps_errors_and_reference_hits(tmp_path) -> None:
 def test_guard_detects_every_route_to_a_reference(toy_chapter, student) -> None:
     with pytest.raises(ReferenceCallError, match="calls course_lib's implementation"):
         grading.check("toychapter.double", student)
+
+
+def test_guard_ignores_other_functions_sharing_a_decorator(toy_chapter) -> None:
+    """_RefModule.frozen is @torch.no_grad(): other no-grad functions must not count as it."""
+
+    @torch.no_grad()
+    def student(x):
+        return 2 * x
+
+    grading.check("toychapter.double", student)
+    with pytest.raises(ReferenceCallError):
+        grading.check("toychapter.double", lambda x: _RefModule().frozen(x) - 1 + x)
 
 
 def test_guard_sees_calls_made_in_threads(toy_chapter) -> None:
