@@ -94,6 +94,23 @@ def test_release_has_no_solutions_and_no_hidden_tests(slug: str) -> None:
     assert not leaked, f"solution lines in the release: {sorted(leaked)[:3]}"
 
 
+@pytest.mark.parametrize("slug", SLUGS)
+def test_each_exercise_runs_on_the_setup_cell_alone(slug: str, capsys) -> None:
+    """As the grader runs an exercise: the setup cell, its solution cell, its test cell; no demo."""
+    cells = load(source_notebook(slug))["cells"]
+    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    base: dict = {}
+    exec("".join(setup["source"]), base)  # the course's own notebook
+    solutions, tests = _exercise_cells({"cells": cells})
+    for solution, test in zip(solutions, tests):
+        namespace = dict(base)
+        exec("".join(solution["source"]), namespace)
+        exec("".join(test["source"]), namespace)
+    out = capsys.readouterr().out
+    assert out.count("visible tests passed") == len(tests)
+    assert out.count("all hidden test cases passed") == len(tests)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
 def test_solution_runs_with_every_visible_and_hidden_test_passing(slug: str) -> None:
