@@ -45,7 +45,6 @@ def main() -> int:
         os.environ["COURSE_LIB_QUICK"] = "1"
     else:
         os.environ.pop("COURSE_LIB_QUICK", None)
-    os.environ.setdefault("MPLBACKEND", "Agg")
     folder = "solutions" if args.solutions else "chapters"
     paths = sorted(ROOT.glob(f"{folder}/*/*.ipynb"))
     if args.slugs:

@@ -51,7 +51,6 @@ def execute(path: Path, *, quick: bool, timeout: int = 600) -> Any:
             os.environ["COURSE_LIB_QUICK"] = "1"
         else:
             os.environ.pop("COURSE_LIB_QUICK", None)
-        os.environ.setdefault("MPLBACKEND", "Agg")
         client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                          allow_errors=True,
                                          resources={"metadata": {"path": str(path.parent)}})
