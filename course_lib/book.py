@@ -2,8 +2,8 @@
 
 ``glue(name, value)`` stores a value in the cell's output the way myst-nb's ``glue`` does (without
 needing myst-nb, which Colab lacks), so the book's prose can cite it with
-``{glue:text}`name:.1%``` and the test suite can read it back from the executed notebook with
-:func:`read_glue`.
+``{glue:text}`name:.1%``` and the test suite can read it back from the executed book
+(``_build/jupyter_execute/**/<notebook>.glue.json``).
 """
 
 from __future__ import annotations
@@ -29,23 +29,3 @@ def glue(name: str, value: Any, display: bool = True) -> None:
     metadata = dict(metadata)
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
     ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
-
-
-def read_glue(notebook: dict) -> dict[str, str]:
-    """The glued values of an executed notebook, as their ``text/plain`` representations.
-
-    Example:
-        >>> read_glue({"cells": []})
-        {}
-    """
-    values: dict[str, str] = {}
-    for cell in notebook.get("cells", []):
-        for output in cell.get("outputs", []):
-            meta = output.get("metadata", {}).get("scrapbook")
-            if not meta:
-                continue
-            data = output.get("data", {})
-            text = data.get(meta.get("mime_prefix", "") + "text/plain")
-            if text is not None:
-                values[meta["name"]] = text if isinstance(text, str) else "".join(text)
-    return values
