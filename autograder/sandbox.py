@@ -167,14 +167,16 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_
               "/etc/group"):
         if Path(f).exists():
             args += ["--ro-bind", f, f]
-    made: set[str] = set()
+    # /tmp first: a Python installation or virtualenv that lives under /tmp (a CI checkout) is
+    # then bound on top of the fresh tmpfs instead of being hidden by it.
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    made: set[str] = {"/tmp"}
     for src in sorted({os.path.realpath(sys.base_prefix), sys.prefix}):
         if src.startswith("/usr"):
             continue
         args += _mount_parents(src, made) + ["--ro-bind", src, src]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-             "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/grader",
+    args += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/grader",
              "--ro-bind", str(course_dir), "/opt/course",
              "--ro-bind", str(RUNNER), "/opt/grader/runner.py",
              "--chdir", "/tmp", "--clearenv"]

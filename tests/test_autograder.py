@@ -180,3 +180,20 @@ def test_references_used_to_build_case_inputs_are_not_stripped() -> None:
     ex_a = Exercise("t.a", ref_a, lambda: [Case("c", lambda: {"n": 2})], 1)
     ex_b = Exercise("t.b", ref_b, lambda: [Case("c", lambda: {"n": len(ref_a(3))})], 1)
     assert needed_by_cases([ex_a, ex_b], [ref_a, ref_b]) == [ref_a]
+
+
+def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A CI checkout under /tmp: its virtualenv must be bound on top of the sandbox's fresh /tmp,
+    not hidden by it (the kernel then fails to start with status 127)."""
+    import sys
+
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sys, "prefix", "/tmp/ci-checkout/.venv")
+    args = sandbox.bwrap_command(tmp_path, 0, sandbox.Limits(), 3, 4)
+    tmpfs = args.index("--tmpfs")
+    assert args[tmpfs + 1] == "/tmp"
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 2] == sys.prefix]
+    assert binds and binds[0] > tmpfs
