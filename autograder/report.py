@@ -61,16 +61,30 @@ def render_feedback(chapter: ChapterSpec, result: dict[str, Any]) -> str:
 
 
 def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, Any]]) -> None:
-    """``student_id, <exercise>..., total, max_total``, one row per student, sorted by id."""
+    """Two tables of the same grades, one row per student sorted by id.
+
+    ``path`` (``grades.csv``): ``student_id, <exercise>..., total, max_total``.
+    ``grades_long.csv`` beside it: ``student_id, exercise, points, max_points``, a row per
+    student and exercise (the shape most LMS imports and spreadsheets pivot from).
+    """
+    rows = sorted(results, key=lambda r: r["student_id"])
+    points = {(r["student_id"], ex.exercise_id):
+              f"{r['exercises'].get(ex.exercise_id, {}).get('points', 0.0):g}"
+              for r in rows for ex in chapter.exercises}
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student_id", *[ex.name for ex in chapter.exercises], "total", "max_total"])
-        for r in sorted(results, key=lambda r: r["student_id"]):
-            row = [r["student_id"]]
+        for r in rows:
+            w.writerow([r["student_id"],
+                        *[points[r["student_id"], ex.exercise_id] for ex in chapter.exercises],
+                        f"{r['total']:g}", f"{r['max_total']:g}"])
+    with open(path.with_name("grades_long.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", "exercise", "points", "max_points"])
+        for r in rows:
             for ex in chapter.exercises:
-                row.append(f"{r['exercises'].get(ex.exercise_id, {}).get('points', 0.0):g}")
-            row += [f"{r['total']:g}", f"{r['max_total']:g}"]
-            w.writerow(row)
+                w.writerow([r["student_id"], ex.name, points[r["student_id"], ex.exercise_id],
+                            f"{ex.points:g}"])
 
 
 def write_report_csv(path: Path, rows: list[dict[str, Any]]) -> None:

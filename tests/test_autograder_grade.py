@@ -45,6 +45,14 @@ def test_lms_zip_with_roster_maps_grades_and_reports(tmp_path: Path) -> None:
     assert list(rows[0]) == ["student_id", "masked_softmax", "attention", "total", "max_total"]
     grades = {r["student_id"]: (r["total"], r["max_total"]) for r in rows}
     assert grades == {"s1001": ("5", "5"), "s1002": ("0", "5")}
+    with open(out / "grades_long.csv", newline="") as f:
+        long_rows = [tuple(r.values()) for r in csv.DictReader(f)]
+    points = {r[0]: 0.0 for r in long_rows}
+    for student, _, got, _ in long_rows:
+        points[student] += float(got)
+    assert {s: f"{p:g}" for s, p in points.items()} == {s: t for s, (t, _) in grades.items()}
+    assert sum(float(r[3]) for r in long_rows if r[0] == "s1001") == 5
+    assert [r[1] for r in long_rows if r[0] == "s1002"] == ["masked_softmax", "attention"]
     with open(out / "report.csv", newline="") as f:
         report = {r["file"]: r for r in csv.DictReader(f)}
     assert report["fixture (1).ipynb"]["status"] == "not mapped"
