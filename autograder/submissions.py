@@ -110,6 +110,16 @@ def _roster_match(text: str, roster: dict[str, str]) -> set[str]:
     return hits
 
 
+def _map_by_roster(sf: SubmissionFile, text: str, kind: str, subject: str,
+                   roster: dict[str, str]) -> None:
+    """Map ``sf`` to the one roster entry ``text`` (a folder or file name) names, else say why."""
+    hits = _roster_match(text, roster)
+    if len(hits) == 1:
+        sf.student, sf.rule = hits.pop(), f"{kind} matches the roster"
+    else:
+        sf.problem = f"{subject} matches {'no' if not hits else 'several'} roster entries"
+
+
 def discover(root: Path, slug: str, roster: dict[str, str] | None) -> list[SubmissionFile]:
     """Every ``.ipynb`` under ``root``, mapped to a student id or given a problem."""
     files = []
@@ -127,23 +137,13 @@ def discover(root: Path, slug: str, roster: dict[str, str] | None) -> list[Submi
         if len(parts) > 1:
             folder = parts[0]
             if roster is not None:
-                hits = _roster_match(folder, roster)
-                if len(hits) == 1:
-                    sf.student, sf.rule = hits.pop(), "folder matches the roster"
-                else:
-                    sf.problem = (f"folder {folder!r} matches {'no' if not hits else 'several'} "
-                                  "roster entries")
+                _map_by_roster(sf, folder, "folder", f"folder {folder!r}", roster)
             else:
                 sf.student, sf.rule = folder, "folder name"
         else:
             stem = path.stem
             if roster is not None:
-                hits = _roster_match(stem, roster)
-                if len(hits) == 1:
-                    sf.student, sf.rule = hits.pop(), "file name matches the roster"
-                else:
-                    sf.problem = (f"file name matches {'no' if not hits else 'several'} roster "
-                                  "entries")
+                _map_by_roster(sf, stem, "file name", "file name", roster)
             else:
                 bare = stem
                 while True:
