@@ -3,8 +3,8 @@
 This process never runs student code. It reads the plain records a sandbox produced
 (``.npz``, ``allow_pickle=False``, size-checked before loading), rebuilds each hidden case's inputs
 from its seed, computes course_lib's reference output once per case (cached for the whole batch)
-and compares with :func:`course_lib.grading.compare_plain`, exactly as
-:func:`course_lib.grading.judge` does.
+and hands each case to :func:`course_lib.grading.judge`, the one place that turns an outcome into
+the message a student reads.
 """
 
 from __future__ import annotations
@@ -49,34 +49,16 @@ class Judge:
             key = (exercise_id, k)
             if key not in self._expected:
                 ex = grading.get_exercise(exercise_id)
-                case = list(ex.cases())[k]
-                self._expected[key] = grading.to_plain(ex.run(ex.reference, case.inputs()))
+                self._expected[key] = grading.reference_output(ex, self.cases(exercise_id)[k])
             return self._expected[key]
 
     def judge_case(self, exercise_id: str, k: int, record: dict[str, Any]) -> str | None:
+        """The verdict on one case, in course_lib.grading's words (the one verdict path)."""
         ex = grading.get_exercise(exercise_id)
         case = self.cases(exercise_id)[k]
-        if record.get("reference_called"):
-            return (f"your solution calls course_lib's implementation of "
-                    f"{record['reference_called']!r}; graded exercises must be solved with your "
-                    "own code (torch operations are fine)")
-        if record.get("error"):
-            error = str(record["error"])
-            if "is not available while grading" in error:  # the sandbox's stripped reference
-                return ("your solution calls course_lib's implementation of a graded exercise of "
-                        "this chapter; graded exercises must be solved with your own code (torch "
-                        "operations are fine)")
-            return error[:2000]
-        expected = self.expected(exercise_id, k)
-        msg = grading.compare_plain(record.get("output"), expected, case.rtol, case.atol)
-        if msg and ex.diagnose is not None:
-            try:
-                extra = ex.diagnose(case.inputs(), record.get("output"), expected)
-            except Exception:  # noqa: BLE001 - a diagnosis must never break grading
-                extra = None
-            if extra:
-                msg = f"{extra}\n    ({msg})"
-        return msg
+        got, error, hit = record.get("output"), record.get("error"), record.get("reference_called")
+        expected = None if (hit or error) else self.expected(exercise_id, k)
+        return grading.judge(ex, case, got, None if error is None else str(error), hit, expected)
 
     def judge(self, exercise_id: str, record_dir: Path, ran_error: str | None) -> ExerciseVerdict:
         """Judge every hidden case of an exercise from the records in ``record_dir``."""
@@ -97,7 +79,7 @@ class Judge:
             msg = self.judge_case(exercise_id, k, record)
             if msg is None:
                 passed += 1
-            elif record.get("reference_called") or msg.startswith("your solution calls"):
+            elif grading.is_reference_call(msg):
                 messages.append(msg)
             else:
                 messages.append(f"case {k + 1} ({case.name}): {msg}")

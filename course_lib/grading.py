@@ -23,6 +23,15 @@ The reference guard: while the student's function runs, a profiler hook watches 
 Calling course_lib's implementation of *any* exercise of the same chapter (directly, through an
 alias, a ``functools.partial`` or a course_lib class that uses it) fails the case with
 :class:`ReferenceCallError`. Exercises say so in their statement.
+
+Visible tests run inside :func:`visible_tests`, so that "Run All" on a blank release runs the whole
+chapter: an exercise whose solution cell still holds nbgrader's stub is reported as not attempted
+(and the cell does not fail), except under a grader, where it fails as before and earns 0.
+
+One verdict path: :func:`judge` alone turns a case's outcome (output, error, reference call) into
+the message a student reads, in the kernel (compare mode) and in the trusted judge alike. The
+common mistakes of an exercise are data (:class:`Slip`): a wrong implementation and the message a
+student gets when their output equals its output.
 """
 
 from __future__ import annotations
@@ -34,15 +43,26 @@ import math
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
 MODE_ENV = "COURSE_GRADING_MODE"
 RECORD_DIR_ENV = "COURSE_GRADING_RECORD_DIR"
+#: Set by stock nbgrader while it autogrades (``nbgrader autograde``): visible tests then fail on a
+#: blank exercise instead of reporting it as not attempted.
+NBGRADER_ENV = "NBGRADER_EXECUTION"
+
+#: What a student reads when a case called a graded reference (in the kernel's profiler guard, or
+#: in the grading sandbox, where the references' bodies are stripped).
+REFERENCE_CALL_MESSAGE = ("your solution calls course_lib's implementation of {name}; graded "
+                          "exercises must be solved with your own code (torch operations are fine)")
+#: The error the sandbox's stripped references raise (autograder/strip.py writes it).
+STRIPPED_MARKER = "is not available while grading"
 
 #: Default tolerances by dtype: a correct float32 implementation meets them on CPU and GPU
 #: (different reduction orders, fused kernels), a wrong one does not.
@@ -81,18 +101,40 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Slip:
+    """A common mistake, as data: a wrong implementation and what a student who made it reads.
+
+    When a student's output differs from the reference but equals ``fn``'s output on the same
+    case (within the case's tolerance), the student reads ``message``. ``fn`` takes the same
+    arguments as the exercise; it is trusted code and must not call any exercise's reference.
+
+    Example:
+        >>> slip = Slip("sums instead of averaging", lambda x: x.sum())
+        >>> slip.message
+        'sums instead of averaging'
+    """
+
+    message: str
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
 class Exercise:
     """A graded exercise: its reference, its hidden cases and how to explain a mismatch.
 
+    Points are not here: they live in the notebook's nbgrader metadata only (the test cell's
+    ``points``), which the graders and the title's total read.
+
     Attributes:
         id: ``"<chapter>.<name>"``, e.g. ``"seq2seq.additive_score"``; ``<chapter>`` names the
-            module ``course_lib.exercises.<chapter>`` that registers it.
+            module ``course_lib.exercises.<chapter>`` that registers it, ``<name>`` the function
+            the student writes (and the solution cell's ``grade_id``).
         reference: course_lib's implementation; the student's function must match its outputs.
         cases: zero-argument callable returning the hidden cases.
-        points: points of the exercise (the nbgrader test cell carries the same number).
+        slips: the common mistakes (:class:`Slip`), tried in order on a mismatch.
         forbidden: more callables (functions, classes) whose use counts as calling the reference.
-        diagnose: optional ``(inputs, got, expected) -> str | None`` that explains a mismatch in
-            the exercise's own terms ("row 2 does not sum to one", "masked key 4 got weight 0.3").
+        diagnose: optional ``(inputs, got, expected) -> str | None`` for mistakes that are not one
+            wrong implementation ("row 2 does not sum to one", "masked key 4 got weight 0.3").
             It receives plain values (see :func:`to_plain`) and must not reveal the inputs.
         call: optional ``(fn, inputs) -> output`` to call the function some other way than
             ``fn(**inputs)`` (e.g. a step function wrapped around a small model).
@@ -101,10 +143,14 @@ class Exercise:
     id: str
     reference: Callable[..., Any]
     cases: Callable[[], Sequence[Case]]
-    points: int
+    slips: tuple[Slip, ...] = ()
     forbidden: tuple[Callable[..., Any], ...] = ()
     diagnose: Callable[[Mapping[str, Any], Any, Any], str | None] | None = None
     call: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
 
     @property
     def chapter(self) -> str:
@@ -112,6 +158,28 @@ class Exercise:
 
     def run(self, fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
         return self.call(fn, inputs) if self.call is not None else fn(**inputs)
+
+
+def answer_case() -> list[Case]:
+    """The one case of a question exercise: the student's function takes no input.
+
+    A question (a prediction, a conceptual choice) is written as a function with no argument that
+    returns the answer: a letter for a multiple choice (see :func:`choice`), or a number.
+    """
+    return [Case("your answer", dict)]
+
+
+def choice(fn: Callable[[], Any], inputs: dict[str, Any]) -> Any:
+    """``Exercise.call`` of a multiple-choice question: the answer as one lower-case letter.
+
+    Example:
+        >>> choice(lambda: " B ", {})
+        'b'
+    """
+    answer = fn(**inputs)
+    if type(answer) is not str or len(answer.strip()) != 1:
+        raise AssertionError(f"return one letter as a string, e.g. 'a'; got {answer!r}")
+    return answer.strip().lower()
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,8 +215,16 @@ def get_exercise(exercise_id: str) -> Exercise:
 # --------------------------------------------------------------------------------------------
 
 
-def _code_objects(obj: Any) -> Iterable[Any]:
-    """The code objects whose execution means ``obj`` was used (functions, methods, classes)."""
+def code_objects(obj: Any) -> Iterable[Any]:
+    """The code objects whose execution means ``obj`` was used (functions, methods, classes).
+
+    The one walker of the reference guard and of the grading sandbox's stripping
+    (``autograder/strip.py``), so the two can never disagree on what a reference is.
+
+    Example:
+        >>> [c.co_name for c in code_objects(to_plain)]
+        ['to_plain']
+    """
     obj = inspect.unwrap(obj) if callable(obj) else obj
     if inspect.isclass(obj):
         for value in vars(obj).values():
@@ -161,7 +237,7 @@ def _code_objects(obj: Any) -> Iterable[Any]:
     elif inspect.isfunction(obj) or inspect.ismethod(obj):
         yield obj.__code__
     elif hasattr(obj, "forward"):  # an nn.Module instance
-        yield from _code_objects(type(obj))
+        yield from code_objects(type(obj))
 
 
 def forbidden_code_objects(chapter: str) -> dict[Any, str]:
@@ -169,7 +245,7 @@ def forbidden_code_objects(chapter: str) -> dict[Any, str]:
     codes: dict[Any, str] = {}
     for ex in chapter_exercises(chapter).values():
         for obj in (ex.reference, *ex.forbidden):
-            for code in _code_objects(obj):
+            for code in code_objects(obj):
                 codes.setdefault(code, ex.id)
     return codes
 
@@ -406,6 +482,60 @@ def load_record(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# Visible tests: a blank exercise does not stop "Run All"
+# --------------------------------------------------------------------------------------------
+
+
+def under_grader() -> bool:
+    """Whether a grader runs this kernel (stock nbgrader's autograde, or the hardened record mode)."""
+    return bool(os.environ.get(NBGRADER_ENV)) or os.environ.get(MODE_ENV) == "record"
+
+
+def _is_blank_stub(err: BaseException, name: str) -> bool:
+    """Whether ``err`` is nbgrader's stub (``raise NotImplementedError()``) in function ``name``."""
+    if type(err) is not NotImplementedError or err.args:
+        return False
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == name
+
+
+@contextmanager
+def visible_tests(exercise_id: str) -> Iterator[None]:
+    """Run an exercise's visible tests; a blank exercise is reported, not raised.
+
+    Wrap the visible part of a test cell::
+
+        with grading.visible_tests("seq2seq.sequence_loss"):
+            assert sequence_loss(...).shape == ()
+
+    * all assertions pass: prints ``visible tests passed``;
+    * a wrong attempt: the assertion (or the student's error) propagates, loudly, as always;
+    * the solution cell still holds nbgrader's stub (``raise NotImplementedError()`` in the
+      exercise's own function): prints that the exercise is not attempted yet and lets "Run All"
+      go on; under a grader (:func:`under_grader`) the error propagates, so the exercise gets 0.
+
+    Example:
+        >>> def f():
+        ...     raise NotImplementedError()
+        >>> with visible_tests("toy.f"):
+        ...     f()
+        toy.f: not attempted yet (this exercise scores 0 until you write it in the cell above)
+    """
+    name = exercise_id.split(".", 1)[-1]
+    try:
+        yield
+    except NotImplementedError as err:
+        if under_grader() or not _is_blank_stub(err, name):
+            raise
+        print(f"{exercise_id}: not attempted yet (this exercise scores 0 until you write it in "
+              "the cell above)")
+        return
+    print("visible tests passed")
+
+
+# --------------------------------------------------------------------------------------------
 # The entry point
 # --------------------------------------------------------------------------------------------
 
@@ -436,21 +566,60 @@ def run_student(ex: Exercise, fn: Callable[..., Any], case: Case,
         return None, str(err), None
 
 
-def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None) -> str | None:
-    """Compare one case's student outcome with the reference; ``None`` when it passes."""
-    if hit is not None:
-        return (f"your solution calls course_lib's implementation of {hit!r}; graded exercises "
-                "must be solved with your own code (torch operations are fine)")
-    if error is not None:
-        return error
+def reference_output(ex: Exercise, case: Case) -> Any:
+    """course_lib's answer to one case, as plain values (the trusted judge caches it)."""
+    return to_plain(ex.run(ex.reference, case.inputs()))
+
+
+def explain(ex: Exercise, case: Case, got: Any, expected: Any) -> str | None:
+    """The exercise's own words for a mismatch: the first slip the output equals, or diagnose."""
     inputs = case.inputs()
-    expected = to_plain(ex.run(ex.reference, inputs))
+    for slip in ex.slips:
+        try:
+            slipped = to_plain(ex.run(slip.fn, inputs))
+        except Exception:  # noqa: BLE001 - a slip that does not apply to this case says nothing
+            continue
+        if compare_plain(got, slipped, case.rtol, case.atol) is None:
+            return slip.message
+    if ex.diagnose is not None:
+        try:
+            return ex.diagnose(inputs, got, expected)
+        except Exception:  # noqa: BLE001 - a diagnosis must never break grading
+            return None
+    return None
+
+
+def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None,
+          expected: Any = None) -> str | None:
+    """The verdict on one case: ``None`` when it passes, else the message a student reads.
+
+    The one place that turns an outcome into words, in the kernel and in the trusted judge.
+
+    Args:
+        got: the student's plain output (see :func:`to_plain`), or ``None`` after an error.
+        error: what the student's code raised, if it raised.
+        hit: the exercise whose reference the student's code called, if it did.
+        expected: the reference's plain output when the caller has it cached; computed otherwise.
+    """
+    if hit is not None:
+        return REFERENCE_CALL_MESSAGE.format(name=repr(hit))
+    if error is not None:
+        if STRIPPED_MARKER in error:  # the grading sandbox's copy of course_lib
+            return REFERENCE_CALL_MESSAGE.format(name="a graded exercise of this chapter")
+        return error[:2000]
+    if expected is None:
+        expected = reference_output(ex, case)
     msg = compare_plain(got, expected, case.rtol, case.atol)
-    if msg and ex.diagnose is not None:
-        extra = ex.diagnose(inputs, got, expected)
+    if msg:
+        extra = explain(ex, case, got, expected)
         if extra:
             msg = f"{extra}\n    ({msg})"
     return msg
+
+
+def is_reference_call(message: str | None) -> bool:
+    """Whether a verdict says the student called a graded reference (it fails the exercise)."""
+    return bool(message) and message.startswith(REFERENCE_CALL_MESSAGE.split("{", 1)[0])
 
 
 def evaluate(exercise_id: str, fn: Callable[..., Any]) -> list[CaseResult]:
@@ -493,8 +662,9 @@ def check(exercise_id: str, fn: Callable[..., Any]) -> None:
     In compare mode raises ``AssertionError`` listing the failed cases (what is wrong, never the
     hidden inputs); in record mode writes the outputs for the trusted grader and returns.
 
-    Example (a hidden test cell):
-        >>> check("seq2seq.additive_score", additive_score)  # doctest: +SKIP
+    A hidden test cell is one call::
+
+        grading.check("seq2seq.additive_score", additive_score)
     """
     if not callable(fn):
         raise AssertionError(f"{exercise_id}: expected a function, got {type(fn).__name__}")

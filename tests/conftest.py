@@ -39,6 +39,36 @@ def nbgrader_meta(cell: dict[str, Any]) -> dict[str, Any]:
     return cell.get("metadata", {}).get("nbgrader", {})
 
 
+def cell_by_grade_id(slug: str, grade_id: str) -> dict[str, Any]:
+    """The source notebook's cell whose nbgrader ``grade_id`` is ``grade_id``."""
+    cells = [c for c in load(source_notebook(slug))["cells"]
+             if nbgrader_meta(c).get("grade_id") == grade_id]
+    if len(cells) != 1:
+        raise KeyError(f"{slug}: {len(cells)} cells with grade_id {grade_id!r}")
+    return cells[0]
+
+
+def setup_namespace(slug: str) -> dict[str, Any]:
+    """The names the chapter's setup cell defines (as the grader runs it: nothing else)."""
+    cells = load(source_notebook(slug))["cells"]
+    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    namespace: dict[str, Any] = {}
+    exec(compile("".join(setup["source"]), f"<{slug} setup>", "exec"), namespace)
+    return namespace
+
+
+def solution(slug: str, name: str) -> Any:
+    """The instructor's solution of exercise ``name``, taken from the source notebook's cell.
+
+    Tests never copy a solution: they run the solution cell (``grade_id == name``) on top of the
+    setup cell, as the grader does, and return the function it defines.
+    """
+    namespace = setup_namespace(slug)
+    source = "".join(cell_by_grade_id(slug, name)["source"])
+    exec(compile(source, f"<{slug} solution {name}>", "exec"), namespace)
+    return namespace[name]
+
+
 def execute(path: Path, *, quick: bool, timeout: int = 600) -> Any:
     """Execute a notebook in its own folder, every cell even after errors, and return it."""
     import nbclient

@@ -20,7 +20,8 @@ import pkgutil
 
 import course_lib.exercises
 
-CHAPTERS = sorted(m.name for m in pkgutil.iter_modules(course_lib.exercises.__path__))
+CHAPTERS = sorted(m.name for m in pkgutil.iter_modules(course_lib.exercises.__path__)
+                  if not m.name.startswith("_"))
 EXERCISES = [ex for chapter in CHAPTERS for ex in grading.chapter_exercises(chapter).values()]
 
 
@@ -75,7 +76,6 @@ def test_cases_cover_both_float_dtypes_and_a_batch_of_one(ex: grading.Exercise) 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
 def test_reference_passes_and_is_deterministic(ex: grading.Exercise) -> None:
-    assert ex.points > 0
     results = grading.evaluate(ex.id, ex.reference)
     # The reference itself is in the forbidden set, so calling it directly trips the guard:
     assert all(r.reference_called == ex.id for r in results)

@@ -46,8 +46,8 @@ def _cases() -> list[Case]:
 def toy_chapter(monkeypatch: pytest.MonkeyPatch):
     module = types.ModuleType("course_lib.exercises.toychapter")
     exercises = [
-        Exercise(id="toychapter.double", reference=_ref_double, cases=_cases, points=2),
-        Exercise(id="toychapter.rowsum", reference=_ref_rowsum, cases=_cases, points=1,
+        Exercise(id="toychapter.double", reference=_ref_double, cases=_cases),
+        Exercise(id="toychapter.rowsum", reference=_ref_rowsum, cases=_cases,
                  forbidden=(_RefModule,),
                  diagnose=lambda inputs, got, expected: "the sum runs over the wrong axis"),
     ]

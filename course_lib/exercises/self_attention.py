@@ -431,28 +431,25 @@ _ALL_FORBIDDEN: tuple[Callable[..., Any], ...] = (
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="self_attention.scaled_dot_product_attention",
-             reference=scaled_dot_product_attention, points=3, cases=_sdpa_cases,
+             reference=scaled_dot_product_attention, cases=_sdpa_cases,
              forbidden=(attention.scaled_dot_product_attention, attention.masked_softmax),
              diagnose=_diagnose_sdpa),
-    Exercise(id="self_attention.causal_mask", reference=causal_mask, points=1,
+    Exercise(id="self_attention.causal_mask", reference=causal_mask,
              cases=_causal_cases, forbidden=(attention.causal_mask,), diagnose=_diagnose_causal),
-    Exercise(id="self_attention.split_heads", reference=split_heads, points=1,
+    Exercise(id="self_attention.split_heads", reference=split_heads,
              cases=_split_cases, forbidden=(multihead.split_heads,), diagnose=_diagnose_split),
-    Exercise(id="self_attention.merge_heads", reference=merge_heads, points=1,
+    Exercise(id="self_attention.merge_heads", reference=merge_heads,
              cases=_merge_cases, forbidden=(multihead.merge_heads,), diagnose=_diagnose_merge),
-    Exercise(id="self_attention.multi_head_attention", reference=multi_head_attention,
-             points=3, cases=_mha_cases,
+    Exercise(id="self_attention.multi_head_attention", reference=multi_head_attention, cases=_mha_cases,
              forbidden=(multihead.multi_head_attention, multihead.MultiHeadAttention),
              diagnose=_diagnose_mha),
-    Exercise(id="self_attention.sinusoidal_encoding", reference=sinusoidal_encoding, points=2,
+    Exercise(id="self_attention.sinusoidal_encoding", reference=sinusoidal_encoding,
              cases=_sinusoidal_cases,
              forbidden=(positional.sinusoidal_encoding, positional.frequencies,
                         positional.SinusoidalPositionalEncoding),
              diagnose=_diagnose_sinusoidal),
-    Exercise(id="self_attention.relative_position_map", reference=relative_position_map,
-             points=2, cases=_relative_cases, forbidden=(positional.relative_position_map,),
+    Exercise(id="self_attention.relative_position_map", reference=relative_position_map, cases=_relative_cases, forbidden=(positional.relative_position_map,),
              diagnose=_diagnose_relative),
 ]}
 
 #: Points of the chapter, as the title cell states them.
-TOTAL_POINTS: int = sum(ex.points for ex in EXERCISES.values())

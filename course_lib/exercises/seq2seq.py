@@ -417,18 +417,17 @@ def _decoder_step_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -
 # --------------------------------------------------------------------------------------------
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    Exercise(id="seq2seq.sequence_loss", reference=seq2seq.sequence_loss, points=2,
+    Exercise(id="seq2seq.sequence_loss", reference=seq2seq.sequence_loss,
              cases=_loss_cases, diagnose=_loss_diagnose),
-    Exercise(id="seq2seq.greedy_decode", reference=decoding.greedy_decode, points=2,
+    Exercise(id="seq2seq.greedy_decode", reference=decoding.greedy_decode,
              cases=_greedy_cases, diagnose=_greedy_diagnose),
-    Exercise(id="seq2seq.beam_search", reference=decoding.beam_search, points=3,
+    Exercise(id="seq2seq.beam_search", reference=decoding.beam_search,
              cases=_beam_cases, diagnose=_beam_diagnose),
-    Exercise(id="seq2seq.masked_softmax", reference=attention.masked_softmax, points=2,
+    Exercise(id="seq2seq.masked_softmax", reference=attention.masked_softmax,
              cases=_softmax_cases, diagnose=_softmax_diagnose),
-    Exercise(id="seq2seq.additive_score", reference=alignment.additive_score, points=2,
+    Exercise(id="seq2seq.additive_score", reference=alignment.additive_score,
              cases=_additive_cases, diagnose=_additive_diagnose),
-    Exercise(id="seq2seq.context_vector", reference=alignment.context_vector, points=2,
+    Exercise(id="seq2seq.context_vector", reference=alignment.context_vector,
              cases=_context_cases, diagnose=_context_diagnose),
-    Exercise(id="seq2seq.attention_decoder_step", reference=seq2seq.attention_decoder_step,
-             points=3, cases=_decoder_step_cases, diagnose=_decoder_step_diagnose),
+    Exercise(id="seq2seq.attention_decoder_step", reference=seq2seq.attention_decoder_step, cases=_decoder_step_cases, diagnose=_decoder_step_diagnose),
 ]}

@@ -465,7 +465,7 @@ def _next_token_wrong_side(logits: torch.Tensor, tokens: torch.Tensor,
 
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    Exercise(id="transformer.feed_forward", reference=feed_forward, points=2,
+    Exercise(id="transformer.feed_forward", reference=feed_forward,
              cases=_feed_forward_cases, forbidden=(tf.FeedForward,),
              diagnose=_slips(
                  ("the ReLU between the two linear maps is missing",
@@ -474,7 +474,7 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                   lambda x, w1, b1, w2, b2: F.relu(x @ w1.T) @ w2.T + b2),
                  ("a bias is missing (b1 inside the ReLU, b2 after the second map)",
                   lambda x, w1, b1, w2, b2: F.relu(x @ w1.T + b1) @ w2.T))),
-    Exercise(id="transformer.layer_norm", reference=layer_norm, points=2,
+    Exercise(id="transformer.layer_norm", reference=layer_norm,
              cases=_layer_norm_cases,
              diagnose=_slips(
                  ("you used the unbiased variance (divide by d, not d - 1: unbiased=False)",
@@ -483,13 +483,13 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                   _layer_norm_eps_outside),
                  ("the normalised values must be scaled by gamma and shifted by beta",
                   _layer_norm_no_affine))),
-    Exercise(id="transformer.residual_sublayer", reference=residual_sublayer, points=2,
+    Exercise(id="transformer.residual_sublayer", reference=residual_sublayer,
              cases=_residual_cases,
              diagnose=_slips(
                  ("pre-norm and post-norm are swapped: norm_first=True means x + f(LN(x))",
                   _residual_swapped),
                  ("the residual connection (adding x back) is missing", _residual_missing))),
-    Exercise(id="transformer.encoder_layer", reference=encoder_layer, points=4,
+    Exercise(id="transformer.encoder_layer", reference=encoder_layer,
              cases=_encoder_layer_cases,
              forbidden=(tf.EncoderLayer, tf.DecoderLayer, tf.Encoder, tf.Decoder,
                         MultiHeadAttention),
@@ -499,7 +499,7 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                  ("pre-norm and post-norm are swapped", _encoder_layer_swapped_norm),
                  ("the heads are not split: reshape (B, T, d) -> (B, h, T, d/h) and scale by "
                   "1/sqrt(d/h)", _encoder_layer_one_head))),
-    Exercise(id="transformer.decoder_masks", reference=decoder_masks, points=2,
+    Exercise(id="transformer.decoder_masks", reference=decoder_masks,
              cases=_decoder_masks_cases,
              forbidden=(tf.gpt_attention_mask, tf.bert_attention_mask, tf.key_padding_mask),
              diagnose=_slips(
@@ -511,7 +511,7 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                   "triangle)", _decoder_masks_upper),
                  ("the self-attention mask must also hide padded target keys",
                   _decoder_masks_no_tgt_padding))),
-    Exercise(id="transformer.parameter_count", reference=parameter_count, points=2,
+    Exercise(id="transformer.parameter_count", reference=parameter_count,
              cases=_parameter_count_cases,
              forbidden=(tf.transformer_params, tf.encoder_layer_params, tf.decoder_layer_params,
                         tf.attention_params, tf.feed_forward_params, tf.count_parameters),
@@ -525,9 +525,9 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                   _count_slip("output")),
                  ("count one embedding table per vocabulary (source and target are separate "
                   "here)", _count_slip("positions")))),
-    Exercise(id="transformer.mask_tokens", reference=tf.mask_tokens, points=3,
+    Exercise(id="transformer.mask_tokens", reference=tf.mask_tokens,
              cases=_mask_tokens_cases, diagnose=_mask_tokens_diagnose),
-    Exercise(id="transformer.next_token_loss", reference=tf.next_token_loss, points=2,
+    Exercise(id="transformer.next_token_loss", reference=tf.next_token_loss,
              cases=_next_token_cases, forbidden=(tf.masked_lm_loss,),
              diagnose=_slips(
                  ("the targets are not shifted: position t predicts tokens[:, t + 1]",
