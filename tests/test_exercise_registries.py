@@ -46,7 +46,8 @@ def test_every_chapter_registers_at_least_six_exercises() -> None:
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
 def test_cases_are_deterministic_and_named(ex: grading.Exercise) -> None:
     cases = ex.cases()
-    assert len(cases) >= 3, "several hidden cases"
+    # A question (a prediction, a conceptual choice) has one case, the answer; a function several.
+    assert len(cases) >= 3 or ex.cases is grading.answer_case, "several hidden cases"
     names = [c.name for c in cases]
     assert len(set(names)) == len(names), f"case names repeat: {names}"
     for case in cases:
@@ -91,3 +92,27 @@ def test_comparison_ignores_nothing_the_student_returns() -> None:
     e = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
     assert grading.compare_plain(e * (1 + 1e-6), e) is None
     assert grading.compare_plain(e + 1e-3, e) is not None
+
+
+SLIPS = [(ex, k) for ex in EXERCISES for k in range(len(ex.slips))]
+
+
+@pytest.mark.parametrize("ex,k", SLIPS, ids=lambda v: getattr(v, "id", str(v)))
+def test_every_slip_fails_with_its_own_message(ex: grading.Exercise, k: int) -> None:
+    """A common mistake, run through the hidden cases, fails and the student reads its message."""
+    slip = ex.slips[k]
+    results = grading.evaluate(ex.id, slip.fn)
+    failed = [r for r in results if r.message]
+    assert failed, f"{ex.id}: the slip {slip.message!r} passes every hidden case"
+    assert not any(r.reference_called for r in results), \
+        f"{ex.id}: the slip {slip.message!r} calls a graded reference"
+    assert any(r.message.startswith(slip.message) for r in failed), (
+        f"{ex.id}: the slip {slip.message!r} fails, but a student who makes it reads "
+        f"{failed[0].message!r}")
+
+
+def test_every_exercise_with_tensors_has_slips() -> None:
+    """Each exercise over tensors names at least one common mistake and its message."""
+    missing = [ex.id for ex in EXERCISES if ex.cases is not grading.answer_case and not ex.slips
+               and ex.diagnose is None]
+    assert not missing, f"no slips or diagnosis: {missing}"
