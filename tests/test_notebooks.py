@@ -56,8 +56,14 @@ def test_source_notebook_follows_the_chapter_template(slug: str) -> None:
         meta = nbgrader_meta(test)
         assert meta["grade_id"] == f"{name}_test", f"test cell of {name} is {meta['grade_id']}"
         assert cells.index(test) > cells.index(sol)
-        assert set(test["metadata"].get("tags", [])) >= {"raises-exception", "remove-output"}
+        tags = set(test["metadata"].get("tags", []))
+        assert "remove-output" in tags, f"{name}: the website hides the test cell's output"
+        assert "raises-exception" not in tags, \
+            f"{name}: a blank exercise's test cell no longer raises (grading.visible_tests)"
         source = "".join(test["source"])
+        visible = f'with grading.visible_tests("{chapter}.{name}"):'
+        assert visible in source.split("### BEGIN HIDDEN TESTS")[0], \
+            f"{name}: the visible tests run inside {visible}"
         call = f'grading.check("{chapter}.{name}", {name})'
         assert "### BEGIN HIDDEN TESTS" in source and call in source, f"{name}: hidden test {call}"
         assert "### BEGIN SOLUTION" in "".join(sol["source"])
@@ -124,11 +130,45 @@ def test_solution_runs_with_every_visible_and_hidden_test_passing(slug: str) -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
-def test_student_release_fails_only_in_the_exercise_test_cells(slug: str) -> None:
+def test_blank_release_runs_the_whole_chapter(slug: str) -> None:
+    """Run All on the blank release: no cell fails; each test cell says 'not attempted yet'."""
     nb = execute(release_notebook(slug), quick=True)
-    errors = cell_errors(nb)
-    tests = {i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade")}
-    assert set(errors) == tests, (
-        f"cells that raised: {sorted(errors)}; exercise test cells: {sorted(tests)}; "
-        f"unexpected: { {i: errors[i] for i in set(errors) - tests} }")
-    assert all(e.startswith("NotImplementedError") for e in errors.values()), errors
+    assert cell_errors(nb) == {}, f"cells that raised: {cell_errors(nb)}"
+    for i, cell in enumerate(nb.cells):
+        if nbgrader_meta(cell).get("grade"):
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            assert "not attempted yet" in text, f"test cell {i} printed {text!r}"
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_a_wrong_attempt_still_fails_loudly(slug: str, capsys) -> None:
+    """Each released test cell, run on a function that returns nothing useful, raises."""
+    cells = load(release_notebook(slug))["cells"]
+    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    base: dict = {}
+    exec("".join(setup["source"]), base)
+    solutions, tests = _exercise_cells({"cells": cells})
+    for solution, test in zip(solutions, tests):
+        name = nbgrader_meta(solution)["grade_id"]
+        namespace = dict(base)
+        exec(f"def {name}(*args, **kwargs):\n    return None\n", namespace)
+        with pytest.raises(Exception) as err:
+            exec("".join(test["source"]), namespace)
+        assert not isinstance(err.value, NotImplementedError), name
+        assert str(err.value), f"{name}: a failing visible test says what is wrong"
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_a_blank_exercise_scores_zero_under_a_grader(slug: str, monkeypatch) -> None:
+    """Under nbgrader's autograde (NBGRADER_EXECUTION set), the blank test cell still raises."""
+    cells = load(release_notebook(slug))["cells"]
+    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    base: dict = {}
+    exec("".join(setup["source"]), base)
+    solutions, tests = _exercise_cells({"cells": cells})
+    monkeypatch.setenv(grading.NBGRADER_ENV, "autograde")
+    for solution, test in zip(solutions, tests):
+        namespace = dict(base)
+        exec("".join(solution["source"]), namespace)  # the release's stub
+        with pytest.raises(NotImplementedError):
+            exec("".join(test["source"]), namespace)
