@@ -235,3 +235,122 @@ def test_unknown_exercises_are_named(toy_chapter) -> None:
         grading.get_exercise("nochapter.x")
     with pytest.raises(grading.GradingError, match="not of the form"):
         grading.get_exercise("double")
+
+
+# ---- slips: common mistakes as data -----------------------------------------------------------
+
+
+def test_a_slip_gives_its_message_and_other_mistakes_the_plain_comparison(monkeypatch) -> None:
+    module = types.ModuleType("course_lib.exercises.slipchapter")
+    ex = Exercise(id="slipchapter.double", reference=_ref_double, cases=_cases,
+                  slips=(grading.Slip("you tripled instead of doubling", lambda x: 3 * x),
+                         grading.Slip("a slip that raises says nothing", lambda x: x.nope)))
+    module.EXERCISES = {ex.id: ex}
+    monkeypatch.setitem(sys.modules, "course_lib.exercises.slipchapter", module)
+    tripled = grading.evaluate(ex.id, lambda x: 3 * x)
+    assert all(r.message.startswith("you tripled instead of doubling") for r in tripled)
+    assert all("largest error" in r.message for r in tripled), "the comparison is kept below"
+    other = grading.evaluate(ex.id, lambda x: 5 * x)
+    assert all(r.message.startswith("output: largest error") for r in other)
+
+
+def test_judge_is_the_one_verdict_path_for_kernel_and_trusted_judge(toy_chapter) -> None:
+    ex = toy_chapter.EXERCISES["toychapter.double"]
+    case = ex.cases()[0]
+    expected = grading.reference_output(ex, case)
+    assert grading.judge(ex, case, expected, None, None) is None
+    assert grading.judge(ex, case, expected, None, None, expected=expected) is None
+    called = grading.judge(ex, case, None, None, "toychapter.rowsum")
+    stripped = grading.judge(ex, case, None, "RuntimeError: course_lib's implementation of f "
+                             + grading.STRIPPED_MARKER + ": solve it", None)
+    assert grading.is_reference_call(called) and grading.is_reference_call(stripped)
+    assert "'toychapter.rowsum'" in called
+    assert not grading.is_reference_call(grading.judge(ex, case, None, "ValueError: x", None))
+
+
+def test_one_code_object_walker_for_the_guard_and_the_sandbox_stripping() -> None:
+    """A forbidden class's decorated method counts as a use of it, for the guard and the strip."""
+    from autograder import strip
+
+    codes = set(grading.code_objects(_RefModule))
+    assert _RefModule.frozen.__wrapped__.__code__ in codes  # unwrapped: not torch's shared wrapper
+    assert strip._codes(_RefModule) == codes
+
+    def builds_inputs_with_the_decorated_method() -> list[Case]:
+        return [Case("uses frozen", lambda: {"x": _RefModule().frozen(torch.ones(2))})]
+
+    ex = Exercise(id="toychapter.x", reference=_ref_double, cases=builds_inputs_with_the_decorated_method)
+    assert strip.needed_by_cases([ex], [_RefModule]) == [_RefModule]
+
+
+# ---- visible tests: a blank exercise does not stop Run All -------------------------------------
+
+
+def _blank() -> None:
+    raise NotImplementedError()
+
+
+def test_visible_tests_report_a_blank_exercise_and_go_on(monkeypatch, capsys) -> None:
+    monkeypatch.delenv(grading.NBGRADER_ENV, raising=False)
+    monkeypatch.delenv(grading.MODE_ENV, raising=False)
+    with grading.visible_tests("toy._blank"):
+        _blank()
+    assert "toy._blank: not attempted yet" in capsys.readouterr().out
+
+
+def test_visible_tests_print_success_and_let_a_wrong_attempt_fail(capsys) -> None:
+    with grading.visible_tests("toy.f"):
+        pass
+    assert capsys.readouterr().out == "visible tests passed\n"
+    with pytest.raises(AssertionError, match="expected 2"):
+        with grading.visible_tests("toy.f"):
+            assert 1 == 2, "expected 2"
+
+
+@pytest.mark.parametrize("env,value", [(grading.NBGRADER_ENV, "autograde"),
+                                       (grading.NBGRADER_ENV, "validate"),
+                                       (grading.MODE_ENV, "record")])
+def test_under_a_grader_a_blank_exercise_still_fails(monkeypatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(NotImplementedError):
+        with grading.visible_tests("toy._blank"):
+            _blank()
+
+
+def test_a_not_implemented_error_of_the_students_own_making_is_not_blank(monkeypatch) -> None:
+    """Only nbgrader's stub in the exercise's own function counts as 'not attempted'."""
+    monkeypatch.delenv(grading.NBGRADER_ENV, raising=False)
+
+    def helper() -> None:
+        raise NotImplementedError()
+
+    def f() -> None:
+        helper()
+
+    with pytest.raises(NotImplementedError):
+        with grading.visible_tests("toy.f"):
+            f()
+    with pytest.raises(NotImplementedError):
+        with grading.visible_tests("toy._blank"):
+            raise NotImplementedError("with a message: the student's own")
+
+
+# ---- questions --------------------------------------------------------------------------------
+
+
+def _answer() -> str:
+    return "b"
+
+
+def test_a_multiple_choice_question_is_graded_by_its_letter(monkeypatch) -> None:
+    module = types.ModuleType("course_lib.exercises.quiz")
+    ex = Exercise(id="quiz.q", reference=_answer, cases=grading.answer_case, call=grading.choice,
+                  slips=(grading.Slip("(a) confuses cause and effect", lambda: "a"),))
+    module.EXERCISES = {ex.id: ex}
+    monkeypatch.setitem(sys.modules, "course_lib.exercises.quiz", module)
+    assert grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: " B ")) is None
+    wrong = grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: "a"))
+    assert "(a) confuses cause and effect" in wrong
+    other = grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: "c"))
+    assert "not the right answer" in other and "'b'" not in other, "feedback never gives it away"
+    assert "one letter" in grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: None))
