@@ -52,7 +52,7 @@ book: setup
 test: setup
 	$(PY) -m pytest -n 2 --dist loadgroup
 
-# Unit tests only (seconds): everything not marked slow.
+# Unit tests and course_lib's docstring examples (pyproject: --doctest-modules): everything not marked slow.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 

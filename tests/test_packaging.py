@@ -49,3 +49,15 @@ def test_installs_from_a_git_url(tmp_path: Path) -> None:
                           text=True, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(target))
+
+
+def test_docstring_examples_run_and_none_is_skipped() -> None:
+    """`pytest` collects course_lib's doctests (pyproject: --doctest-modules); none is skipped."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "course_lib" in config["testpaths"] and "--doctest-modules" in config["addopts"]
+    skipped = [str(p.relative_to(ROOT)) for p in (ROOT / "course_lib").rglob("*.py")
+               if "doctest: +SKIP" in p.read_text(encoding="utf-8")]
+    assert not skipped, f"skipped docstring examples in {skipped}"
+    examples = sum(p.read_text(encoding="utf-8").count(">>> ")
+                   for p in (ROOT / "course_lib").rglob("*.py"))
+    assert examples >= 100, f"only {examples} docstring examples"
