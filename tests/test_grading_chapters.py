@@ -1,0 +1,79 @@
+"""Every chapter through both graders: the solution earns full marks, the blank release zero.
+
+The blank release now runs top to bottom without an error (a blank exercise's test cell says "not
+attempted yet"), so this guards the other half of that promise: every grader still gives an
+unattempted exercise 0. Stock nbgrader's ``autograde`` sets ``NBGRADER_EXECUTION`` (the visible
+tests then raise on a blank exercise), and the hardened grader runs in record mode.
+
+Each chapter is released here from its source (what `make release` writes), in quick mode.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.paths import REPO, Chapter, find_chapters
+from tests.adversarial.generate import load
+
+pytestmark = [pytest.mark.slow]
+
+CHAPTERS = [c.name for c in find_chapters()]
+
+
+def _solved(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The release with every solution cell taken from the source (markers removed)."""
+    by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            cell.source = re.sub(r"[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", "",
+                                 by_gid[meta["grade_id"]].source)
+    return nb
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def graded(request, tmp_path_factory) -> dict:
+    from autograder.release import release
+
+    name = request.param
+    tmp = tmp_path_factory.mktemp(name)
+    chapter = Chapter(name, REPO / "solutions", tmp / "release")
+    release([chapter])
+    spec = load(chapter)
+    rel = nbformat.read(chapter.release, as_version=4)
+    src = nbformat.read(chapter.source, as_version=4)
+    subs = tmp / "subs"
+    for student, nb in (("solution", _solved(rel, src)), ("blank", rel)):
+        (subs / student).mkdir(parents=True)
+        (subs / student / chapter.release.name).write_text(json.dumps(nb, indent=1))
+    env = {**os.environ, "COURSE_LIB_QUICK": "1"}
+    grades = {}
+    for engine in ("hardened", "nbgrader"):
+        out = tmp / f"out-{engine}"
+        cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
+               "--source-root", str(chapter.source_root), "--release-root",
+               str(chapter.release_root), "--no-progress", "--engine", engine]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        with open(out / "grades.csv", newline="") as f:
+            grades[engine] = {row["student_id"]: row for row in csv.DictReader(f)}
+    return {"spec": spec, "grades": grades}
+
+
+@pytest.mark.parametrize("engine", ["hardened", "nbgrader"])
+def test_solution_full_marks_blank_zero(graded: dict, engine: str) -> None:
+    spec, grades = graded["spec"], graded["grades"][engine]
+    for ex in spec.exercises:
+        assert float(grades["solution"][ex.name]) == ex.points, (engine, "solution", ex.name)
+        assert float(grades["blank"][ex.name]) == 0.0, (engine, "blank", ex.name)
