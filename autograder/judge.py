@@ -31,25 +31,35 @@ class ExerciseVerdict:
 
 
 class Judge:
-    """Reference outputs of a chapter's hidden cases, computed lazily once, thread-safe."""
+    """Reference outputs of a chapter's hidden cases, computed lazily once, thread-safe.
+
+    One lock per exercise: workers judging different exercises compute their references in
+    parallel, and a reference is computed once however many workers ask for it.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dicts below, held only briefly
+        self._locks: dict[str, threading.Lock] = {}
         self._expected: dict[tuple[str, int], Any] = {}
         self._cases: dict[str, list[grading.Case]] = {}
 
-    def cases(self, exercise_id: str) -> list[grading.Case]:
+    def _exercise_lock(self, exercise_id: str) -> threading.Lock:
         with self._lock:
+            return self._locks.setdefault(exercise_id, threading.Lock())
+
+    def cases(self, exercise_id: str) -> list[grading.Case]:
+        with self._exercise_lock(exercise_id):
             if exercise_id not in self._cases:
                 self._cases[exercise_id] = list(grading.get_exercise(exercise_id).cases())
             return self._cases[exercise_id]
 
     def expected(self, exercise_id: str, k: int) -> Any:
-        with self._lock:
+        case = self.cases(exercise_id)[k]  # takes (and releases) the exercise's lock itself
+        with self._exercise_lock(exercise_id):
             key = (exercise_id, k)
             if key not in self._expected:
                 ex = grading.get_exercise(exercise_id)
-                self._expected[key] = grading.reference_output(ex, self.cases(exercise_id)[k])
+                self._expected[key] = grading.reference_output(ex, case)
             return self._expected[key]
 
     def judge_case(self, exercise_id: str, k: int, record: dict[str, Any]) -> str | None:
