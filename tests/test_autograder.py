@@ -197,3 +197,22 @@ def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
     assert args[tmpfs + 1] == "/tmp"
     binds = [i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 2] == sys.prefix]
     assert binds and binds[0] > tmpfs
+
+
+def test_judge_computes_a_reference_without_deadlock_from_several_threads() -> None:
+    """Regression: ``expected`` called ``cases`` while holding the same (non-reentrant) lock, so
+    the first reference computed hung every grading run."""
+    import threading
+
+    from autograder.judge import Judge
+
+    judge = Judge()
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(judge.expected("seq2seq.masked_softmax", 0)),
+                                daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "Judge.expected deadlocked"
+    assert len(got) == 3 and all(g is got[0] for g in got)  # computed once, shared
