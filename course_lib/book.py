@@ -4,6 +4,10 @@
 needing myst-nb, which Colab lacks), so the book's prose can cite it with
 ``{glue:text}`name:.1%``` and the test suite can read it back from the executed book
 (``_build/jupyter_execute/**/<notebook>.glue.json``).
+
+It also prints ``name = value``: the Colab copy of a chapter (``colab/``, plain Jupyter markdown)
+cannot fill values into its prose, so its text names the value (`` `name` ``) and the student reads
+the number that their own run printed.
 """
 
 from __future__ import annotations
@@ -13,19 +17,35 @@ from typing import Any
 GLUE_PREFIX = "application/papermill.record/"
 
 
+def label(name: str, value: Any) -> str:
+    """The line ``glue`` prints: ``name = value``, floats with four significant digits.
+
+    Example:
+        >>> label("acc", 0.99234)
+        'acc = 0.9923'
+        >>> label("n", 3)
+        'n = 3'
+    """
+    if isinstance(value, float):
+        return f"{name} = {value:.4g}"
+    return f"{name} = {value}"
+
+
 def glue(name: str, value: Any, display: bool = True) -> None:
     """Record ``value`` under ``name`` in this cell's output (myst-nb's glue format).
 
     Args:
         name: a name unique within the notebook.
         value: anything IPython can display; numbers are stored as their ``repr``.
-        display: also show the value in the notebook.
+        display: also print ``name = value`` (see :func:`label`) in the notebook; the stored value
+            itself is always hidden, so the page shows the labelled line once.
     """
     from IPython.core.formatters import format_display_data
     from IPython.display import display as ipy_display
 
     bundle, metadata = format_display_data(value)
-    prefix = "" if display else GLUE_PREFIX
     metadata = dict(metadata)
-    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
-    ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+    metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_PREFIX}
+    ipy_display({GLUE_PREFIX + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+    if display:
+        print(label(name, value))

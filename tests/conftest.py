@@ -104,3 +104,46 @@ def cell_errors(nb: Any) -> dict[int, str]:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+BUILD = ROOT / "_build"
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """The website, built exactly as `make book` builds it (full mode, warnings are errors), once.
+
+    Tests that use it carry ``pytest.mark.xdist_group("book")`` so that one worker builds it;
+    jupyter-cache keeps the executions, so `make book` afterwards re-executes nothing.
+    """
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_LIB_QUICK", "MPLBACKEND")}
+    jb = Path(sys.executable).with_name("jupyter-book")
+    done = subprocess.run([str(jb), "build", str(ROOT), "--warningiserror", "--nitpick",
+                           "--keep-going"], cwd=ROOT, env=env, capture_output=True, text=True)
+    log = done.stdout + done.stderr
+    BUILD.mkdir(exist_ok=True)
+    (BUILD / "build.log").write_text(log)
+    assert done.returncode == 0, log[-6000:]
+    # Sphinx's warnings (with --warningiserror they also fail the build; --keep-going lists all).
+    assert not re.search(r"WARNING:", log), log[-6000:]
+    return BUILD / "html"
+
+
+def glued(slug: str) -> dict[str, str]:
+    """The values chapter ``slug`` glued in the executed book (``{name: text/plain repr}``).
+
+    Claims tests (``tests/test_claims_<chapter>.py``) assert every measured sentence from these,
+    after requesting the ``built_book`` fixture.
+    """
+    path = BUILD / "jupyter_execute" / "chapters" / slug / release_notebook(slug).name
+    saved = json.loads(path.with_suffix(".glue.json").read_text())
+    return {name: output["data"]["text/plain"] for name, output in saved.items()}
+
+
+def glued_float(slug: str, name: str) -> float:
+    """One glued number of chapter ``slug``."""
+    return float(glued(slug)[name])

@@ -18,28 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, chapter_slugs, release_notebook
+from tests.conftest import BUILD, ROOT, chapter_slugs, glued, release_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
 
-BUILD = ROOT / "_build"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-
-
-@pytest.fixture(scope="module")
-def built_book() -> Path:
-    # Exactly as `make book`: full mode, and the kernel's own (inline) matplotlib backend.
-    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_LIB_QUICK", "MPLBACKEND")}
-    jb = Path(sys.executable).with_name("jupyter-book")
-    done = subprocess.run([str(jb), "build", str(ROOT), "--warningiserror", "--nitpick",
-                           "--keep-going"], cwd=ROOT, env=env, capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    (BUILD / "build.log").parent.mkdir(exist_ok=True)
-    (BUILD / "build.log").write_text(log)
-    assert done.returncode == 0, log[-6000:]
-    # Sphinx's warnings (with --warningiserror they also fail the build; --keep-going lists all).
-    assert not re.search(r"WARNING:", log), log[-6000:]
-    return BUILD / "html"
 
 
 def _page(slug: str) -> Path:
@@ -67,17 +50,10 @@ def test_chapter_page_shows_plots_and_no_solutions(built_book: Path, slug: str) 
         "exercise test cells hide their failures on the site"
 
 
-def _glued(slug: str) -> dict[str, str]:
-    """The values a chapter glued, as myst-nb saved them beside the executed notebook."""
-    path = BUILD / "jupyter_execute" / "chapters" / slug / release_notebook(slug).name
-    saved = json.loads(path.with_suffix(".glue.json").read_text())
-    return {name: output["data"]["text/plain"] for name, output in saved.items()}
-
-
 def test_chapter_1_reaches_its_accuracy_claims(built_book: Path) -> None:
-    glued = _glued("01-seq2seq")
-    with_attention = float(glued["ch1_acc_attention"])
-    without = float(glued["ch1_acc_no_attention"])
+    glued_all = glued("01-seq2seq")
+    with_attention = float(glued_all["ch1_acc_attention"])
+    without = float(glued_all["ch1_acc_no_attention"])
     assert with_attention >= 0.95, f"attention model: {with_attention:.3f} exact match"
     assert with_attention > without
 

@@ -1,8 +1,10 @@
-"""Tests of course_lib.book.glue: the output it displays is myst-nb's glue format."""
+"""Tests of course_lib.book.glue: the output it records is myst-nb's glue format."""
 
 from __future__ import annotations
 
 import pytest
+
+PREFIX = "application/papermill.record/"
 
 
 @pytest.fixture()
@@ -15,19 +17,22 @@ def shown(monkeypatch: pytest.MonkeyPatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("display, prefix", [(True, ""), (False, "application/papermill.record/")])
-def test_glue_emits_a_named_scrapbook_output(shown: list, display: bool, prefix: str) -> None:
+@pytest.mark.parametrize("display", [True, False])
+def test_glue_records_a_hidden_named_value_and_prints_its_label(shown: list, display: bool,
+                                                                capsys) -> None:
     from course_lib.book import glue
 
     glue("acc", 0.992, display=display)
     ((bundle, raw, metadata),) = shown
     assert raw is True
-    assert bundle == {prefix + "text/plain": "0.992"}
-    assert metadata["scrapbook"] == {"name": "acc", "mime_prefix": prefix}
+    assert bundle == {PREFIX + "text/plain": "0.992"}
+    assert metadata["scrapbook"] == {"name": "acc", "mime_prefix": PREFIX}
+    assert capsys.readouterr().out == ("acc = 0.992\n" if display else "")
 
 
 def test_glue_matches_myst_nb(shown: list, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Same bundle and metadata as myst-nb's own glue (the peer the book reads it with)."""
+    """Same bundle and metadata as myst-nb's own glue with display=False (the peer the book
+    reads it with)."""
     import myst_nb.ext.glue as peer
 
     from course_lib.book import glue
@@ -35,5 +40,5 @@ def test_glue_matches_myst_nb(shown: list, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(peer, "ipy_display",
                         lambda obj, raw=False, metadata=None: shown.append((obj, raw, metadata)))
     glue("n", 3)
-    peer.glue("n", 3)
+    peer.glue("n", 3, display=False)
     assert shown[0] == shown[1]
