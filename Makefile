@@ -8,12 +8,16 @@ STAMP  := $(VENV)/.installed
 # MathJax served by the site itself (from the npm registry, pinned): pages render math offline.
 MATHJAX_VERSION := 3.2.2
 MATHJAX := _build/vendor/static/mathjax/tex-mml-chtml.js
+# MathJax 2.7.7, the version nbconvert's HTML template configures: the Colab copies of the chapters
+# are rendered as plain Jupyter renders them (tests/test_colab.py), offline.
+MATHJAX2_VERSION := 2.7.7
+MATHJAX2 := _build/vendor/mathjax2/MathJax.js
 # Chromium drives the browser check of the website; bubblewrap sandboxes student code.
 SYSDEPS := chromium chromium-driver bubblewrap
 
 .PHONY: setup sysdeps book test test-fast release clean
 
-setup: $(STAMP) sysdeps $(MATHJAX)
+setup: $(STAMP) sysdeps $(MATHJAX) $(MATHJAX2)
 
 # torch==2.13.0 goes first: asked for any other way, pip fetches gigabytes of CUDA wheels.
 $(STAMP): requirements-dev.txt pyproject.toml
@@ -43,6 +47,17 @@ $(MATHJAX):
 	  cp -r tex-mml-chtml.js output ui a11y $(CURDIR)/_build/vendor/static/mathjax/ && \
 	  cp -r input/tex/extensions $(CURDIR)/_build/vendor/static/mathjax/input/tex/
 	rm -rf _build/vendor/npm
+
+$(MATHJAX2):
+	rm -rf _build/vendor/npm2 _build/vendor/mathjax2
+	mkdir -p _build/vendor/npm2 _build/vendor/mathjax2/jax/output _build/vendor/mathjax2/fonts/HTML-CSS/TeX
+	npm install --silent --no-audit --no-fund --prefix _build/vendor/npm2 mathjax@$(MATHJAX2_VERSION)
+	cd _build/vendor/npm2/node_modules/mathjax && \
+	  cp -r MathJax.js config extensions localization $(CURDIR)/_build/vendor/mathjax2/ && \
+	  cp -r jax/input jax/element $(CURDIR)/_build/vendor/mathjax2/jax/ && \
+	  cp -r jax/output/CommonHTML $(CURDIR)/_build/vendor/mathjax2/jax/output/ && \
+	  cp -r fonts/HTML-CSS/TeX/woff $(CURDIR)/_build/vendor/mathjax2/fonts/HTML-CSS/TeX/
+	rm -rf _build/vendor/npm2
 
 # The website, executed (cached in _build/.jupyter_cache), warnings are errors.
 book: setup

@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("release", help="write chapters/ from solutions/ (nbgrader generate_assignment)")
+    p = sub.add_parser("release", help="write chapters/ and colab/ from solutions/ (nbgrader generate_assignment)")
     p.add_argument("chapters", nargs="*", help="01-seq2seq, 01 or seq2seq (default: all)")
     _add_roots(p)
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in drifted:
             print(f"release drifted: {line}", file=sys.stderr)
         if drifted:
-            print("run `python -m autograder release` (make release) and commit chapters/",
+            print("run `python -m autograder release` (make release) and commit chapters/ and colab/",
                   file=sys.stderr)
             return 1
         print(f"releases in sync: {', '.join(c.name for c in chapters)}")

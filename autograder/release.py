@@ -6,20 +6,34 @@ removed, cells are locked and checksummed. The converter runs in a throwaway cou
 a throwaway gradebook; its output is then normalised (sorted JSON keys, one-space indent, no
 outputs, the source's cell ids, a final newline) so the same source always gives the same bytes,
 and ``check-release`` can tell when ``chapters/`` drifted.
+
+Beside each release it writes the Colab copy, ``colab/NN-slug/slug.ipynb`` (plain Jupyter
+markdown: see :mod:`autograder.colab`), which the website's Colab and download buttons open.
+
+The repository's address is defined once, as ``repository.url`` in ``_config.yml``; ``release``
+writes it into every notebook's setup cell (``pip install "course-lib @ git+<url>"``) and into
+``README.md``, and ``check-release`` reports any copy that differs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import nbformat
 
+import yaml
+
+from autograder import colab
 from autograder.nbgrader_setup import ensure_venv_on_path, nbgrader_config
-from autograder.paths import Chapter
+from autograder.paths import REPO, Chapter
+
+#: A ``git+`` install URL of a GitHub repository, as setup cells and the README write it.
+GIT_URL_RE = re.compile(r"git\+https://github\.com/[\w.\-]+/[\w.\-]+?(?=[\"'\s)@`]|\.git|$)")
 
 
 class ReleaseError(RuntimeError):
@@ -78,20 +92,79 @@ def generate_release(chapter: Chapter) -> str:
     return normalise(nb)
 
 
+def repository_url(config: Path = REPO / "_config.yml") -> str:
+    """The course repository's address, ``repository.url`` of ``_config.yml`` (defined there only)."""
+    url = yaml.safe_load(config.read_text(encoding="utf-8")).get("repository", {}).get("url")
+    if not url or not url.startswith("https://github.com/"):
+        raise ReleaseError(f"{config}: repository.url must be a https://github.com/ address, "
+                           f"got {url!r}")
+    return url.rstrip("/")
+
+
+def stamp_url(text: str, url: str) -> str:
+    """``text`` with every ``git+https://github.com/...`` install URL replaced by ``git+<url>``.
+
+    Example:
+        >>> stamp_url('pip install "course-lib @ git+https://github.com/old/name"',
+        ...           "https://github.com/new/repo")
+        'pip install "course-lib @ git+https://github.com/new/repo"'
+    """
+    return GIT_URL_RE.sub(lambda _m: f"git+{url}", text)
+
+
+def colab_root(chapter: Chapter) -> Path:
+    """Where the Colab copies live: ``colab/`` beside the release root (``chapters/``)."""
+    return chapter.release_root.parent / "colab"
+
+
+def colab_release(chapter: Chapter, release_text: str) -> str:
+    """The Colab copy (plain Jupyter markdown) of a release's text, normalised like the release."""
+    site = colab.SiteConfig.load()
+    refs = colab.load_references(sorted((REPO / "bib").glob("*.bib")))
+    nb = json.loads(release_text)
+    try:
+        converted = colab.to_colab(nb, page_url=colab.page_url(site, chapter.name, chapter.slug),
+                                   site=site, refs=refs)
+    except colab.ColabConversionError as err:
+        raise ReleaseError(f"{chapter.name}: {err}") from err
+    return normalise(nbformat.from_dict(converted))
+
+
+def _stamped_sources(chapters: list[Chapter]) -> dict[Path, str]:
+    """The files holding the repository URL, with the URL as ``_config.yml`` defines it."""
+    url = repository_url()
+    files = [c.source for c in chapters if c.source.exists()]
+    if any(c.source_root == REPO / "solutions" for c in chapters):
+        files.append(REPO / "README.md")
+    return {path: stamp_url(path.read_text(encoding="utf-8"), url) for path in files}
+
+
 def release(chapters: list[Chapter]) -> list[Path]:
-    """Write each chapter's release; return the paths written."""
+    """Write each chapter's release and Colab copy; return the paths written."""
     written = []
+    for path, text in _stamped_sources(chapters).items():
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
     for chapter in chapters:
         text = generate_release(chapter)
         chapter.release.parent.mkdir(parents=True, exist_ok=True)
         chapter.release.write_text(text, encoding="utf-8")
         written.append(chapter.release)
+        target = colab.colab_path(chapter.release, chapter.release_root, colab_root(chapter))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(colab_release(chapter, text), encoding="utf-8")
+        written.append(target)
     return written
 
 
 def check_release(chapters: list[Chapter]) -> list[str]:
-    """Chapters whose committed release differs from what ``release`` would write, with why."""
+    """Chapters whose committed release or Colab copy differs from what ``release`` would write,
+    and files whose repository URL differs from ``_config.yml``'s, with why."""
     drifted = []
+    for path, text in _stamped_sources(chapters).items():
+        if path.read_text(encoding="utf-8") != text:
+            drifted.append(f"{path.name}: its repository URL is not _config.yml's repository.url")
     for chapter in chapters:
         expected = generate_release(chapter)
         if not chapter.release.exists():
@@ -99,4 +172,9 @@ def check_release(chapters: list[Chapter]) -> list[str]:
         elif chapter.release.read_text(encoding="utf-8") != expected:
             drifted.append(f"{chapter.name}: {chapter.release} differs from the release of "
                            f"{chapter.source}")
+        target = colab.colab_path(chapter.release, chapter.release_root, colab_root(chapter))
+        if not target.exists():
+            drifted.append(f"{chapter.name}: its Colab copy {target} is missing")
+        elif target.read_text(encoding="utf-8") != colab_release(chapter, expected):
+            drifted.append(f"{chapter.name}: {target} differs from the Colab copy of its release")
     return drifted

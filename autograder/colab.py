@@ -1,0 +1,309 @@
+"""The Colab copy of a student release: the same notebook in plain Jupyter markdown.
+
+The website renders ``chapters/NN-slug/slug.ipynb`` with MyST (citations, numbered equations,
+glued numbers, the reading list). Colab, JupyterLab and VS Code render markdown without MyST, so a
+student who opens that file sees role text instead of the reference, the equation or the number.
+``python -m autograder release`` therefore also writes ``colab/NN-slug/slug.ipynb``, the notebook
+that the website's Colab and download buttons open, converted here:
+
+=============================  ====================================================================
+MyST in ``chapters/``          plain Jupyter in ``colab/``
+=============================  ====================================================================
+``$$ ... $$ (eq-label)``       ``$$ ... \\tag{n} $$``, numbered in page order as the website does
+``{eq}`eq-label```             ``(n)``
+``{cite}`a,b```                ``([Author et al., 2015](site#further-reading); ...)``
+``{cite:t}`a```                ``[Author et al. (2015)](site#further-reading)``
+``{glue:text}`name:fmt```      `` `name` ``: the code cell that measures it prints ``name = value``
+```{bibliography}```           the chapter's reading list, written out (the cited entries)
+``\\softmax`` (a book macro)    its definition from ``_config.yml`` (``\\operatorname{softmax}``)
+=============================  ====================================================================
+
+Any other MyST role or directive is an error naming the cell, so a new chapter cannot ship one to
+Colab unnoticed. Code cells, outputs and metadata (nbgrader's included) are left as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from autograder.paths import REPO
+
+#: A MyST role: ``{name}`content```.
+ROLE_RE = re.compile(r"\{([A-Za-z][\w:.\-]*)\}`([^`]*)`")
+#: A MyST directive fence: ```` ```{name} ```` or ``:::{name}``.
+DIRECTIVE_RE = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{([^}]*)\}(.*)$", re.M)
+#: A labelled display equation: ``$$ ... $$ (label)``.
+LABELLED_EQ_RE = re.compile(r"\$\$(.+?)\$\$[ \t]*\(([\w\-:.]+)\)", re.S)
+#: What would still be MyST after conversion (checked on the output).
+LEFTOVER_RES = {
+    "a role": ROLE_RE,
+    "a directive": DIRECTIVE_RE,
+    "a target label": re.compile(r"^\([\w\-:.]+\)=[ \t]*$", re.M),
+    "a substitution": re.compile(r"\{\{[^}]*\}\}"),
+    "a labelled equation": re.compile(r"\$\$[ \t]*\([\w\-:.]+\)"),
+}
+NOTE = ("*This is the Colab copy of the chapter. Numbers this notebook measures appear in the text "
+        "by name (like `{example}`); the cell that measures each one prints `name = value`. "
+        "The [website]({page}) shows the values of the published run.*")
+
+
+class ColabConversionError(ValueError):
+    """The release uses markdown that the converter cannot turn into plain Jupyter."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One bibliography entry as the Colab copy shows it."""
+
+    key: str
+    authors_short: str  # "Bahdanau et al." / "Luong and Manning" / "Vaswani et al."
+    year: str
+    full: str  # the reading-list line, markdown
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """What the converter takes from ``_config.yml``: the website and the book's macros."""
+
+    baseurl: str
+    macros: Mapping[str, str]
+
+    @classmethod
+    def load(cls, config: Path = REPO / "_config.yml") -> "SiteConfig":
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        baseurl = data.get("html", {}).get("baseurl")
+        if not baseurl:
+            raise ColabConversionError(f"{config}: html.baseurl (the website's address) is missing")
+        macros = (data.get("sphinx", {}).get("config", {}).get("mathjax3_config", {})
+                  .get("tex", {}).get("macros", {}))
+        return cls(baseurl.rstrip("/") + "/", dict(macros))
+
+
+# --------------------------------------------------------------------------------------------
+# The bibliography
+# --------------------------------------------------------------------------------------------
+
+
+def _last_names(persons: list[Any]) -> list[str]:
+    from pybtex.richtext import Text
+
+    names = []
+    for person in persons:
+        parts = person.prelast_names + person.last_names
+        names.append(str(Text.from_latex(" ".join(parts))).replace("{", "").replace("}", ""))
+    return names
+
+
+def _latex_text(value: str) -> str:
+    from pybtex.richtext import Text
+
+    return str(Text.from_latex(value)).replace("{", "").replace("}", "")
+
+
+def load_references(bib_files: list[Path]) -> dict[str, Reference]:
+    """Every entry of the course's ``.bib`` files, by key.
+
+    Example:
+        >>> refs = load_references(sorted((REPO / "bib").glob("*.bib")))
+        >>> refs["bahdanau2015neural"].authors_short, refs["bahdanau2015neural"].year
+        ('Bahdanau et al.', '2015')
+    """
+    from pybtex.database import parse_file
+
+    refs: dict[str, Reference] = {}
+    for path in bib_files:
+        for key, entry in parse_file(str(path), bib_format="bibtex").entries.items():
+            last = _last_names(entry.persons.get("author", []))
+            if not last:
+                raise ColabConversionError(f"{path.name}: entry {key} has no author")
+            short = (last[0] if len(last) == 1 else f"{last[0]} and {last[1]}" if len(last) == 2
+                     else f"{last[0]} et al.")
+            year = entry.fields.get("year", "n.d.")
+            title = _latex_text(entry.fields.get("title", "")).strip()
+            venue = _latex_text(entry.fields.get("booktitle") or entry.fields.get("journal")
+                                or entry.fields.get("publisher") or "").strip()
+            url = entry.fields.get("url", "")
+            names = ", ".join(last[:-1]) + (" and " if len(last) > 1 else "") + last[-1]
+            line = f"{names} ({year}). {title}."
+            if venue:
+                line += f" *{venue}*."
+            if url:
+                line += f" <{url}>"
+            refs[key] = Reference(key, short, year, line)
+    return refs
+
+
+# --------------------------------------------------------------------------------------------
+# The conversion
+# --------------------------------------------------------------------------------------------
+
+
+def _equation_numbers(cells: list[dict[str, Any]]) -> dict[str, int]:
+    """Labelled display equations numbered 1, 2, ... in page order (the website's numbering)."""
+    numbers: dict[str, int] = {}
+    for cell in cells:
+        if cell["cell_type"] != "markdown":
+            continue
+        for match in LABELLED_EQ_RE.finditer(_text(cell)):
+            label = match.group(2)
+            if label in numbers:
+                raise ColabConversionError(f"equation label {label!r} is used twice")
+            numbers[label] = len(numbers) + 1
+    return numbers
+
+
+def _text(cell: Mapping[str, Any]) -> str:
+    source = cell["source"]
+    return source if isinstance(source, str) else "".join(source)
+
+
+def _reading_list_anchor(cells: list[dict[str, Any]]) -> str:
+    """The website's anchor of the section that holds the ``{bibliography}`` directive."""
+    for cell in cells:
+        text = _text(cell)
+        if cell["cell_type"] == "markdown" and re.search(r"\{bibliography\}", text):
+            headings = re.findall(r"^#+\s+(.+?)\s*$", text, re.M)
+            if headings:
+                return re.sub(r"[^a-z0-9]+", "-", headings[-1].lower()).strip("-")
+    return ""
+
+
+class _Converter:
+    def __init__(self, cells: list[dict[str, Any]], page_url: str, site: SiteConfig,
+                 refs: Mapping[str, Reference]) -> None:
+        self.equations = _equation_numbers(cells)
+        anchor = _reading_list_anchor(cells)
+        self.reading_list = page_url + (f"#{anchor}" if anchor else "")
+        self.site = site
+        self.refs = refs
+        self.cited: list[str] = []
+        self.glued: list[str] = []
+
+    def _ref(self, key: str, where: str) -> Reference:
+        if key not in self.refs:
+            raise ColabConversionError(f"{where}: citation key {key!r} is in no bib/*.bib file")
+        if key not in self.cited:
+            self.cited.append(key)
+        return self.refs[key]
+
+    def role(self, match: re.Match[str], where: str) -> str:
+        name, content = match.group(1), match.group(2)
+        if name in ("cite", "cite:p", "cite:ps"):
+            items = [self._ref(k.strip(), where) for k in content.split(",") if k.strip()]
+            return "(" + "; ".join(f"[{r.authors_short}, {r.year}]({self.reading_list})"
+                                   for r in items) + ")"
+        if name in ("cite:t", "cite:ts"):
+            items = [self._ref(k.strip(), where) for k in content.split(",") if k.strip()]
+            return "; ".join(f"[{r.authors_short} ({r.year})]({self.reading_list})" for r in items)
+        if name == "eq":
+            label = content.strip()
+            if label not in self.equations:
+                raise ColabConversionError(f"{where}: {{eq}} refers to unknown equation {label!r}")
+            return f"({self.equations[label]})"
+        if name == "glue:text" or name == "glue":
+            glue_name = content.split(":", 1)[0].strip()
+            self.glued.append(glue_name)
+            return f"`{glue_name}`"
+        raise ColabConversionError(f"{where}: MyST role {{{name}}} has no plain-Jupyter form; "
+                                   "use a cite, eq or glue:text role, or plain markdown")
+
+    def equation(self, match: re.Match[str]) -> str:
+        body, label = match.group(1), match.group(2)
+        return f"$${body.rstrip()} \\tag{{{self.equations[label]}}}$$"
+
+    def bibliography(self) -> str:
+        lines = [f"- {self.refs[k].full}" for k in sorted(self.cited, key=lambda k: (
+            self.refs[k].full.lower()))]
+        return "\n".join(lines) + f"\n\nThe same list, with links, is on the [website]({self.reading_list})."
+
+    def markdown(self, text: str, where: str) -> str:
+        text = LABELLED_EQ_RE.sub(self.equation, text)
+        text = ROLE_RE.sub(lambda m: self.role(m, where), text)
+        for name, definition in self.site.macros.items():
+            text = re.sub(rf"\\{re.escape(name)}(?![A-Za-z])", lambda _m: definition, text)
+        return text
+
+
+def _bibliography_block(text: str) -> re.Match[str] | None:
+    return re.search(r"^(`{3,}|:{3,})[ \t]*\{bibliography\}[^\n]*\n(?:.*?\n)?\1[ \t]*$", text,
+                     re.M | re.S)
+
+
+def leftovers(text: str) -> list[str]:
+    """What in ``text`` would still be MyST (empty when it is plain Jupyter markdown).
+
+    Example:
+        >>> leftovers("see {cite}`x` and $a$")
+        ['a role: {cite}`x`']
+        >>> leftovers("plain $x^2$ text")
+        []
+    """
+    found = []
+    for what, pattern in LEFTOVER_RES.items():
+        for match in pattern.finditer(text):
+            found.append(f"{what}: {match.group(0).strip()}")
+    return found
+
+
+def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
+             refs: Mapping[str, Reference]) -> dict[str, Any]:
+    """The plain-Jupyter copy of release ``nb`` (a new notebook; ``nb`` is not changed).
+
+    Args:
+        nb: the student release, as JSON (``chapters/NN-slug/slug.ipynb``).
+        page_url: the chapter's page on the website (citations link to its reading list).
+        site: the website's address and the book's LaTeX macros.
+        refs: the course's bibliography (:func:`load_references`).
+
+    Raises:
+        ColabConversionError: a role or directive without a plain form, an unknown citation key or
+            equation label, or MyST left over after conversion (the message names the cell).
+    """
+    out = copy.deepcopy(dict(nb))
+    cells = out["cells"]
+    conv = _Converter(cells, page_url, site, refs)
+    bib_cell = None
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        where = f"cell {i}"
+        text = _text(cell)
+        block = _bibliography_block(text)
+        if block:
+            bib_cell = (i, block)
+        for match in DIRECTIVE_RE.finditer(text):
+            if match.group(2).strip() != "bibliography":
+                raise ColabConversionError(f"{where}: MyST directive {{{match.group(2)}}} has no "
+                                           "plain-Jupyter form; write plain markdown")
+        cell["source"] = conv.markdown(text, where)
+    if bib_cell is not None:
+        i, block = bib_cell
+        text = cells[i]["source"]
+        start = text.index(block.group(0).split("\n", 1)[0])
+        end = start + len(block.group(0))
+        cells[i]["source"] = text[:start] + conv.bibliography() + text[end:]
+    if conv.glued and cells and cells[0]["cell_type"] == "markdown":
+        cells[0]["source"] = (cells[0]["source"].rstrip() + "\n\n"
+                              + NOTE.format(example=conv.glued[0], page=page_url))
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown":
+            bad = leftovers(cell["source"])
+            if bad:
+                raise ColabConversionError(f"cell {i}: MyST left in the Colab copy: {bad[0]}")
+    return out
+
+
+def colab_path(release: Path, release_root: Path, colab_root: Path) -> Path:
+    """``chapters/NN-slug/slug.ipynb`` -> ``colab/NN-slug/slug.ipynb``."""
+    return colab_root / release.relative_to(release_root)
+
+
+def page_url(site: SiteConfig, chapter_name: str, slug: str) -> str:
+    """The chapter's page on the website."""
+    return f"{site.baseurl}chapters/{chapter_name}/{slug}.html"

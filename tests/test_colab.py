@@ -1,0 +1,317 @@
+"""What students open: the Colab copy of each chapter (``colab/``), as plain Jupyter renders it.
+
+* the converter (``autograder.colab``) turns each MyST construct into plain markdown, and refuses
+  what it cannot convert;
+* every committed Colab copy is plain Jupyter markdown, and nbconvert's HTML (the template plain
+  Jupyter uses, with its MathJax 2) opened in headless Chromium shows typeset math, no MathJax
+  error and no MyST left in the text; a deliberately broken page proves the check can fail;
+* its equation numbers are the website's;
+* the setup cell installs course_lib the way Colab runs it: a fresh virtualenv that already holds a
+  torch (the pinned CPU wheel stands in for Colab's), ``pip install`` from a ``git+file://`` URL of
+  a clone, then each Colab copy runs top to bottom with its exercises blank (every test cell says
+  "not attempted yet") and with the instructor's solutions filled in (every visible test passes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import colab
+from autograder.release import repository_url, stamp_url
+from tests.conftest import (ROOT, cell_errors, chapter_slugs, load, nbgrader_meta,
+                            release_notebook, source_notebook)
+
+SLUGS = chapter_slugs()
+MATHJAX2 = ROOT / "_build" / "vendor" / "mathjax2" / "MathJax.js"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def colab_notebook(slug: str) -> Path:
+    return ROOT / "colab" / slug / release_notebook(slug).name
+
+
+# --------------------------------------------------------------------------------------------
+# The converter
+# --------------------------------------------------------------------------------------------
+
+SITE = colab.SiteConfig("https://example.org/course/", {"softmax": r"\operatorname{softmax}"})
+REFS = {
+    "a2015": colab.Reference("a2015", "Ada et al.", "2015", "Ada, Bo and Cy (2015). A title."),
+    "b2017": colab.Reference("b2017", "Bo and Cy", "2017", "Bo and Cy (2017). B title."),
+}
+PAGE = "https://example.org/course/chapters/01-x/x.html"
+
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def _convert(*texts: str) -> list[str]:
+    nb = {"cells": [_md(t) for t in texts], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return [c["source"] for c in colab.to_colab(nb, page_url=PAGE, site=SITE, refs=REFS)["cells"]]
+
+
+def test_citations_become_author_year_links_to_the_reading_list() -> None:
+    out = _convert("# T", "As {cite:t}`a2015` showed {cite}`a2015,b2017`.",
+                   "## Further reading\n\n```{bibliography}\n:filter: docname in docnames\n```\n")
+    link = PAGE + "#further-reading"
+    assert out[1] == (f"As [Ada et al. (2015)]({link}) showed "
+                      f"([Ada et al., 2015]({link}); [Bo and Cy, 2017]({link})).")
+    assert "- Ada, Bo and Cy (2015). A title.\n- Bo and Cy (2017). B title." in out[2]
+    assert "{bibliography}" not in out[2]
+
+
+def test_labelled_equations_are_tagged_and_references_numbered_in_page_order() -> None:
+    out = _convert("$$\na = b\n$$ (eq-first)", "Then $$c = d$$ (eq-second) and {eq}`eq-first`.")
+    assert out[0] == "$$\na = b \\tag{1}$$"
+    assert out[1] == "Then $$c = d \\tag{2}$$ and (1)."
+
+
+def test_glued_numbers_are_named_and_the_title_says_where_they_are_printed() -> None:
+    out = _convert("# Title", "Accuracy {glue:text}`acc:.1%` here.")
+    assert out[1] == "Accuracy `acc` here."
+    assert "`acc`" in out[0] and "prints `name = value`" in out[0]
+
+
+def test_book_macros_are_expanded_and_other_commands_untouched() -> None:
+    (out,) = _convert(r"$\softmax(x) + \softmaxes + \operatorname{a}$")
+    assert out == r"$\operatorname{softmax}(x) + \softmaxes + \operatorname{a}$"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("see {numref}`fig-1`", "role {numref}"),
+    (":::{note}\nhi\n:::", "directive {note}"),
+    ("```{figure} a.png\n```", "directive {figure}"),
+    ("{cite}`nobody2020`", "citation key 'nobody2020'"),
+    ("{eq}`eq-missing`", "unknown equation 'eq-missing'"),
+    ("(my-target)=\n# Heading", "target label"),
+])
+def test_what_cannot_be_converted_is_refused_by_name(text: str, says: str) -> None:
+    with pytest.raises(colab.ColabConversionError, match=re.escape(says)):
+        _convert(text)
+
+
+def test_the_course_bibliography_loads_with_author_year() -> None:
+    refs = colab.load_references(sorted((ROOT / "bib").glob("*.bib")))
+    assert refs["vaswani2017attention"].authors_short == "Vaswani et al."
+    assert all(r.year.isdigit() for r in refs.values())
+
+
+def test_repository_url_is_defined_once_and_stamped_everywhere() -> None:
+    url = repository_url()
+    readme = (ROOT / "README.md").read_text()
+    assert f"git+{url}" in readme and stamp_url(readme, url) == readme
+    for slug in SLUGS:
+        for path in (source_notebook(slug), release_notebook(slug), colab_notebook(slug)):
+            text = path.read_text()
+            assert f"git+{url}" in text, f"{path} installs course_lib from the repository"
+            assert stamp_url(text, url) == text, f"{path} names another repository"
+
+
+# --------------------------------------------------------------------------------------------
+# The committed Colab copies
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_copy_is_plain_jupyter_markdown(slug: str) -> None:
+    nb = load(colab_notebook(slug))
+    release = load(release_notebook(slug))
+    assert len(nb["cells"]) == len(release["cells"])
+    for i, (cell, rel) in enumerate(zip(nb["cells"], release["cells"])):
+        if cell["cell_type"] == "markdown":
+            assert colab.leftovers("".join(cell["source"])) == [], f"cell {i}"
+        else:  # code, outputs and nbgrader metadata are the release's
+            assert cell == rel, f"cell {i} differs from the release"
+
+
+def _render(nb_path: Path, out_dir: Path) -> str:
+    """nbconvert's HTML of ``nb_path`` (MathJax 2, errors shown), typeset by headless Chromium."""
+    from nbconvert import HTMLExporter
+
+    if not MATHJAX2.is_file():
+        pytest.fail(f"{MATHJAX2} is missing: `make setup` vendors MathJax 2 from npm")
+    exporter = HTMLExporter(mathjax_url=f"{MATHJAX2.as_uri()}?config=TeX-AMS_CHTML-full")
+    html, _ = exporter.from_filename(str(nb_path))
+    # Errors must show as MathJax error nodes, not be hidden by the noErrors/noUndefined extensions.
+    strict = ('<script type="text/x-mathjax-config">MathJax.Hub.Config({TeX: {noErrors: '
+              '{disabled: true}, noUndefined: {disabled: true}}});</script>')
+    html = html.replace("<!-- Load mathjax -->", strict + "\n<!-- Load mathjax -->", 1)
+    page = out_dir / (nb_path.stem + ".html")
+    page.write_text(html, encoding="utf-8")
+    done = subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={out_dir / 'profile'}",
+                           "--allow-file-access-from-files", "--virtual-time-budget=60000",
+                           "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=240)
+    return done.stdout
+
+
+#: MyST as it shows in nbconvert's HTML (markdown is rendered to HTML before the browser sees it).
+MYST_IN_HTML = {
+    "a MyST role": re.compile(r"\{[A-Za-z][\w:.\-]*\}<code>[^<]*</code>"),
+    "a MyST directive": re.compile(r'class="language-\{[^}"]*\}'),
+    "an equation label": re.compile(r'type="math/tex; mode=display"[^>]*>[^<]*</script>\s*'
+                                    r"\([\w\-:.]+\)"),
+    "a target label": re.compile(r"<p>\([\w\-:.]+\)="),
+    "a substitution": re.compile(r"\{\{[^}<]*\}\}"),
+}
+
+
+def _check_rendered(dom: str) -> list[str]:
+    """What a student would see wrong on the rendered page (empty when it renders cleanly)."""
+    problems = []
+    if "MathJax_CHTML" not in dom:
+        problems.append("MathJax typeset nothing")
+    problems += [f"MathJax error: {m}" for m in re.findall(r"<merror><mtext>(.*?)</mtext>", dom)]
+    if "Math Processing Error" in dom:
+        problems.append("Math Processing Error")
+    for what, pattern in MYST_IN_HTML.items():
+        problems += [f"{what} in the page: {m.group(0)[:80]}" for m in pattern.finditer(dom)]
+    return problems
+
+
+@pytest.mark.slow
+def test_render_check_catches_an_undefined_macro_and_a_role(tmp_path: Path) -> None:
+    """The negative control: a page with a book-only macro and a MyST role fails the check."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "Scores $\\softmax(QK^\\top)$, see {cite}`vaswani2017attention`.\n\n$$x = 1$$ (eq-a)"
+        "\n\n```{bibliography}\n:filter: docname in docnames\n```\n")])
+    path = tmp_path / "bad.ipynb"
+    nbformat.write(nb, path)
+    problems = _check_rendered(_render(path, tmp_path))
+    assert any("MathJax error" in p and "softmax" in p for p in problems), problems
+    assert any("MyST role" in p and "vaswani2017attention" in p for p in problems), problems
+    assert any("MyST directive" in p for p in problems), problems
+    assert any("equation label" in p for p in problems), problems
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_copy_renders_in_plain_jupyter(slug: str, tmp_path: Path) -> None:
+    assert shutil.which("chromium"), "chromium is missing: `make sysdeps` installs it"
+    dom = _render(colab_notebook(slug), tmp_path)
+    assert _check_rendered(dom) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_equation_numbers_are_the_websites(built_book: Path, slug: str) -> None:
+    page = built_book / "chapters" / slug / release_notebook(slug).with_suffix(".html").name
+    html = page.read_text()
+    site = [(ident, int(n)) for ident, n in
+            re.findall(r'id="equation-([\w\-]+)"[^>]*>.*?<span class="eqno">\((\d+)\)', html,
+                       flags=re.S)]
+    colab_text = "".join("".join(c["source"]) for c in load(colab_notebook(slug))["cells"]
+                         if c["cell_type"] == "markdown")
+    tags = [int(n) for n in re.findall(r"\\tag\{(\d+)\}", colab_text)]
+    assert [n for _, n in site] == tags, "equation numbers differ between the website and Colab"
+    assert tags == list(range(1, len(tags) + 1))
+
+
+# --------------------------------------------------------------------------------------------
+# The setup cell, the way Colab runs it
+# --------------------------------------------------------------------------------------------
+
+
+def _clone_of_the_working_tree(dest: Path) -> Path:
+    """A git repository holding this working tree's course_lib and packaging (committed there)."""
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(dest)], check=True)
+    for name in ("course_lib", "pyproject.toml", "README.md"):
+        target = dest / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(src, target)
+    git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@localhost"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "working tree"], check=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def colab_like_kernel(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    """A kernel in a fresh virtualenv that has torch (and Jupyter's kernel) but no course_lib."""
+    base = tmp_path_factory.mktemp("colab")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True)
+    subprocess.run([*pip, "ipykernel"], check=True)
+    assert subprocess.run([str(py), "-c", "import course_lib"], capture_output=True).returncode != 0
+    kernels = base / "kernels"
+    subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(kernels),
+                    "--name", "colab-like"], check=True, capture_output=True)
+    repo = _clone_of_the_working_tree(base / "repo")
+    env = {"JUPYTER_PATH": str(kernels / "share" / "jupyter"),
+           "COURSE_LIB_URL": f"git+{repo.as_uri()}", "COURSE_LIB_QUICK": "1"}
+    return "colab-like", env
+
+
+def _run_in(kernel: tuple[str, dict[str, str]], nb, cwd: Path):
+    import nbclient
+
+    name, env = kernel
+    backup = dict(os.environ)
+    os.environ.update(env)
+    for var in ("PYTHONPATH", "VIRTUAL_ENV", "NBGRADER_EXECUTION", "COURSE_GRADING_MODE"):
+        os.environ.pop(var, None)
+    try:
+        client = nbclient.NotebookClient(nb, timeout=600, kernel_name=name, allow_errors=True,
+                                         resources={"metadata": {"path": str(cwd)}})
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(backup)
+    return nb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_copy_runs_all_with_blank_exercises_and_with_solutions(
+        slug: str, colab_like_kernel: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    import nbformat
+
+    blank = nbformat.read(colab_notebook(slug), as_version=4)
+    solutions = {nbgrader_meta(c)["grade_id"]: "".join(c["source"])
+                 for c in load(source_notebook(slug))["cells"] if nbgrader_meta(c).get("solution")}
+    filled = nbformat.read(colab_notebook(slug), as_version=4)
+    for cell in filled.cells:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if grade_id in solutions:  # what a student who solved everything submits
+            cell.source = re.sub(r"### (BEGIN|END) SOLUTION\n?", "", solutions[grade_id])
+
+    ran = _run_in(colab_like_kernel, blank, tmp_path)
+    assert cell_errors(ran) == {}, f"Run All on the blank Colab copy: {cell_errors(ran)}"
+    device_line = "".join(o.get("text", "") for o in ran.cells[_setup_index(ran)].outputs)
+    assert "running on" in device_line
+    for i, cell in enumerate(ran.cells):
+        if nbgrader_meta(cell).get("grade"):
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            assert "not attempted yet" in text, f"blank test cell {i} printed {text!r}"
+
+    ran = _run_in(colab_like_kernel, filled, tmp_path)
+    assert cell_errors(ran) == {}, f"Run All with the solutions: {cell_errors(ran)}"
+    tests = [c for c in ran.cells if nbgrader_meta(c).get("grade")]
+    passed = ["visible tests passed" in "".join(o.get("text", "") for o in c.get("outputs", []))
+              for c in tests]
+    assert all(passed) and passed, f"visible tests passed in {sum(passed)} of {len(tests)} cells"
+
+
+def _setup_index(nb) -> int:
+    (index,) = [i for i, c in enumerate(nb.cells) if "setup" in c.metadata.get("tags", [])]
+    return index
