@@ -31,11 +31,20 @@ def _page(slug: str) -> Path:
 
 @pytest.mark.parametrize("slug", chapter_slugs())
 def test_chapter_page_has_its_colab_launch_button(built_book: Path, slug: str) -> None:
+    """Colab opens, and the download button serves, the plain-Jupyter copy colab/NN-slug/slug.ipynb."""
     html = (built_book / _page(slug)).read_text()
     repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    colab_copy = Path("colab") / slug / release_notebook(slug).name
+    assert (ROOT / colab_copy).is_file(), f"{colab_copy} is missing: python -m autograder release"
     target = (f"https://colab.research.google.com/github/{repo}/blob/"
-              f"{CONFIG['repository']['branch']}/chapters/{slug}/{release_notebook(slug).name}")
+              f"{CONFIG['repository']['branch']}/{colab_copy.as_posix()}")
     assert target in html
+    assert f"/blob/{CONFIG['repository']['branch']}/chapters/" not in html, \
+        "no launch button opens the MyST release"
+    served = built_book / "_sources" / "chapters" / slug / release_notebook(slug).name
+    assert f'href="../../_sources/chapters/{slug}/{served.name}"' in html
+    assert served.read_bytes() == (ROOT / colab_copy).read_bytes(), \
+        "the download button serves the Colab copy"
 
 
 @pytest.mark.parametrize("slug", chapter_slugs())
