@@ -374,3 +374,42 @@ def bytes_per_token(tokenizer: Tokenizer, text: str) -> float:
     """
     ids = tokenizer.encode(text)
     return len(text.encode("utf-8")) / max(len(ids), 1)
+
+
+def token_lengths(tokenizer: Tokenizer) -> list[int]:
+    """The length in bytes of each token id ``0..max id`` (0 for an id the vocabulary skips).
+
+    What a loss per token must be divided by to become a loss per byte
+    (:func:`course_lib.gpt.bits_per_byte_loss`).
+
+    Example:
+        >>> tok = Tokenizer.train("aaab", 257)
+        >>> token_lengths(tok)[ord("a")], token_lengths(tok)[256]
+        (1, 2)
+    """
+    lengths = [0] * (max(tokenizer.vocab) + 1)
+    for i, token in tokenizer.vocab.items():
+        lengths[i] = len(token)
+    return lengths
+
+
+def truncated(tokenizer: Tokenizer, n_merges: int) -> Tokenizer:
+    """The same tokenizer with only its first ``n_merges`` merges (and its special tokens).
+
+    BPE learns merges greedily, one after another, so training to a vocabulary of
+    ``256 + n_merges`` gives exactly these first merges: one training run gives every smaller
+    vocabulary (used to plot compression against vocabulary size). Ids are laid out as
+    :func:`train_bpe` lays them out: bytes, merges in order, then the special tokens.
+
+    Example:
+        >>> tok = Tokenizer.train("low low lower lowest", 258)
+        >>> small = truncated(tok, 1)
+        >>> len(small), small.merges
+        (257, [(b'o', b'w')])
+    """
+    if not 0 <= n_merges <= len(tokenizer.merges):
+        raise ValueError(f"n_merges must lie in 0..{len(tokenizer.merges)}, got {n_merges}")
+    merges = tokenizer.merges[:n_merges]
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab.update({256 + i: a + b for i, (a, b) in enumerate(merges)})
+    return Tokenizer(vocab, merges, tokenizer.special_ids)

@@ -350,6 +350,41 @@ def bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
     return nats_per_token * n_tokens / (n_bytes * math.log(2))
 
 
+def bits_per_byte_loss(logits: torch.Tensor, targets: torch.Tensor,
+                       token_bytes: torch.Tensor) -> torch.Tensor:
+    r"""The loss of a batch in bits per byte of the text its targets stand for.
+
+    Each target token :math:`y` stands for :math:`n(y)` bytes of text (``token_bytes[y]``), so
+
+    .. math:: \text{bpb} = \frac{\sum_{b,t} -\ln p(y_{b,t})}{\ln 2 \,\sum_{b,t} n(y_{b,t})}:
+
+    the whole batch's information in bits, divided by the bytes it covers (a ratio of sums, not
+    a mean of per-token ratios). For a byte-level vocabulary (every :math:`n(y) = 1`) it is the
+    loss in nats per token divided by :math:`\ln 2`.
+
+    Args:
+        logits: ``(B, T, V)``, position ``t`` predicting ``targets[:, t]``.
+        targets: ``(B, T)`` ids.
+        token_bytes: ``(V,)`` integers, the length in bytes of each token (e.g.
+            :func:`course_lib.bpe.token_lengths`).
+
+    Returns:
+        A 0-d tensor in the logits' dtype.
+
+    Example:
+        >>> logits = torch.zeros(1, 2, 4)  # uniform: 2 bits per token
+        >>> bits_per_byte_loss(logits, torch.tensor([[0, 3]]), torch.tensor([1, 1, 1, 3])).item()
+        1.0
+    """
+    if logits.shape[:-1] != targets.shape or token_bytes.shape != logits.shape[-1:]:
+        raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)}, targets (B, T) = "
+                         f"{tuple(targets.shape)} and token_bytes (V,) = {tuple(token_bytes.shape)}"
+                         " do not fit together")
+    nats = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    n_bytes = token_bytes.to(logits.device)[targets].sum()
+    return nats / (n_bytes.to(logits.dtype) * math.log(2))
+
+
 def to_gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """Our weights under GPT-2's checkpoint layout: the four ``Conv1D`` weights transposed.
 

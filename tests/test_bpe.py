@@ -280,3 +280,24 @@ def test_a_cut_multibyte_character_decodes_to_the_replacement_character(
         gpt2_tok: Tokenizer) -> None:
     ids = gpt2_tok.encode("🙂")
     assert len(ids) > 1 and "\ufffd" in gpt2_tok.decode(ids[:1])
+
+
+def test_truncated_equals_training_to_the_smaller_vocabulary() -> None:
+    text = load_shakespeare("val")[:20000]
+    big = Tokenizer.train(text, 320)
+    for size in (256, 270, 300):
+        small = Tokenizer.train(text, size)
+        cut = bpe.truncated(big, size - 256)
+        assert cut.merges == small.merges and cut.vocab == small.vocab
+        assert cut.encode(text[:2000]) == small.encode(text[:2000])
+    with pytest.raises(ValueError, match="n_merges"):
+        bpe.truncated(big, 65)
+
+
+def test_token_lengths_are_the_tokens_byte_lengths() -> None:
+    tok = Tokenizer.train("the cat sat on the mat<|endoftext|>", 262, [EOT])
+    lengths = bpe.token_lengths(tok)
+    assert len(lengths) == len(tok)
+    assert all(lengths[i] == len(t) for i, t in tok.vocab.items())
+    ids = tok.encode("the mat")
+    assert sum(lengths[i] for i in ids) == len("the mat".encode())

@@ -252,3 +252,19 @@ def test_equals_hugging_face_gpt2_when_installed() -> None:
     ours = from_gpt2_state_dict(hf.state_dict(), SMALL_LIKE).double().eval()
     idx = torch.randint(SMALL_LIKE.vocab_size, (2, 20))
     torch.testing.assert_close(ours(idx), hf(idx).logits, rtol=0, atol=1e-9)
+
+
+def test_bits_per_byte_loss_by_hand_and_against_the_conversion() -> None:
+    from course_lib.gpt import bits_per_byte_loss
+    # Uniform over 4 tokens: 2 bits per token; the targets cover 1 + 3 = 4 bytes for 2 tokens.
+    got = bits_per_byte_loss(torch.zeros(1, 2, 4), torch.tensor([[0, 3]]), torch.tensor([1, 1, 1, 3]))
+    assert abs(got.item() - 1.0) < 1e-6
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    targets = torch.randint(7, (3, 5), generator=g)
+    lengths = torch.randint(1, 5, (7,), generator=g)
+    expected = bits_per_byte(lm_loss(logits, targets).item(), 15, int(lengths[targets].sum()))
+    assert abs(bits_per_byte_loss(logits, targets, lengths).item() - expected) < 1e-12
+    assert bits_per_byte_loss(logits, targets, lengths).dtype == torch.float64
+    with pytest.raises(ValueError, match="do not fit"):
+        bits_per_byte_loss(logits, targets, lengths[:5])

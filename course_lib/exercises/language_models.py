@@ -1,0 +1,573 @@
+"""Graded exercises of chapter 4, "Language models": references, hidden cases, slips.
+
+Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
+solution that calls course_lib's implementation of any exercise of this chapter: the BPE
+functions and :class:`~course_lib.bpe.Tokenizer`, the losses of :mod:`course_lib.gpt`, the
+filters of :mod:`course_lib.sampling`, and the attention modules and cache of
+:mod:`course_lib.gpt` (with :func:`course_lib.attention.scaled_dot_product_attention`).
+
+Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
+sandbox strips the references' bodies). Hidden tests compare filtered logits and exact token
+lists, never single random samples. Slips (:class:`~course_lib.grading.Slip`) are the common
+mistakes, each with the message its author reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from course_lib import attention, bpe, gpt, sampling
+from course_lib.exercises._common import Inputs, f32, f64, gen, randn
+from course_lib.grading import Case, Exercise, Slip
+
+Pair = tuple[int, int]
+
+
+def _random_text(seed: int, n: int, alphabet: str) -> str:
+    """A seeded string of ``n`` characters drawn from ``alphabet`` (torch's generator)."""
+    index = torch.randint(len(alphabet), (n,), generator=gen(seed)).tolist()
+    return "".join(alphabet[i] for i in index)
+
+
+# 1. pair_counts --------------------------------------------------------------------------------
+
+
+def _pairs_as_rows(fn: Any, inputs: dict[str, Any]) -> list[list[int]]:
+    """``Exercise.call``: the student's dict as sorted ``[a, b, count]`` rows (plain data)."""
+    counts = fn(**inputs)
+    if not isinstance(counts, dict):
+        raise AssertionError(f"return a dict {{(a, b): count}}, got {type(counts).__name__}")
+    rows = []
+    for key, value in counts.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise AssertionError(f"keys must be pairs (a, b) of ids, got the key {key!r}")
+        rows.append([int(key[0]), int(key[1]), int(value)])
+    return sorted(rows)
+
+
+def _pair_counts_cases() -> list[Case]:
+    def build(seed: int, n: int, high: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"ids": torch.randint(high, (n,), generator=gen(seed)).tolist()}
+        return inputs
+
+    return [
+        Case("a short list with repeated pairs", build(11, 12, 3)),
+        Case("a long list of byte values", build(12, 500, 256)),
+        Case("ids above 255 (merged tokens)", build(13, 80, 300)),
+        Case("one id: no pair", lambda: {"ids": [7]}),
+        Case("an empty list", lambda: {"ids": []}),
+        Case("overlapping runs (a a a a)", lambda: {"ids": [5, 5, 5, 5, 2, 5, 5]}),
+    ]
+
+
+def _pair_counts_presence(ids: list[int]) -> dict[Pair, int]:
+    return {pair: 1 for pair in zip(ids, ids[1:])}
+
+
+def _pair_counts_wraps(ids: list[int]) -> dict[Pair, int]:
+    counts: dict[Pair, int] = {}
+    for pair in zip(ids, ids[1:] + ids[:1]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts if len(ids) > 1 else {}
+
+
+_PAIR_COUNTS_SLIPS = (
+    Slip("each pair must be counted as often as it occurs, not once", _pair_counts_presence),
+    Slip("the last id has no right neighbour: do not wrap around to the first", _pair_counts_wraps),
+)
+
+
+# 2. merge --------------------------------------------------------------------------------------
+
+
+def _merge_cases() -> list[Case]:
+    def build(seed: int, n: int, high: int, new_id: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            ids = torch.randint(high, (n,), generator=gen(seed)).tolist()
+            return {"ids": ids, "pair": (ids[1], ids[2]), "new_id": new_id}
+        return inputs
+
+    return [
+        Case("a pair that occurs several times", build(21, 40, 3, 256)),
+        Case("byte values, a rarer pair", build(22, 300, 20, 300)),
+        Case("runs of one id (a a a)", lambda: {"ids": [1, 1, 1, 2, 1, 1, 1, 1], "pair": (1, 1),
+                                                 "new_id": 256}),
+        Case("the pair at both ends", lambda: {"ids": [4, 9, 3, 4, 9], "pair": (4, 9),
+                                                "new_id": 257}),
+        Case("a pair that does not occur", lambda: {"ids": [1, 2, 3], "pair": (3, 1),
+                                                     "new_id": 258}),
+        Case("an empty list", lambda: {"ids": [], "pair": (1, 2), "new_id": 256}),
+    ]
+
+
+def _merge_right_to_left(ids: list[int], pair: Pair, new_id: int) -> list[int]:
+    out: list[int] = []
+    i = len(ids) - 1
+    while i >= 0:
+        if i >= 1 and ids[i - 1] == pair[0] and ids[i] == pair[1]:
+            out.append(new_id)
+            i -= 2
+        else:
+            out.append(ids[i])
+            i -= 1
+    return out[::-1]
+
+
+def _merge_overlapping(ids: list[int], pair: Pair, new_id: int) -> list[int]:
+    # Replaces each position that starts the pair, and keeps the second element too.
+    out = []
+    for i, x in enumerate(ids):
+        out.append(new_id if i + 1 < len(ids) and (x, ids[i + 1]) == tuple(pair) else x)
+    return out
+
+
+def _merge_first_only(ids: list[int], pair: Pair, new_id: int) -> list[int]:
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return [*ids[:i], new_id, *ids[i + 2:]]
+    return list(ids)
+
+
+_MERGE_SLIPS = (
+    Slip("after a replacement, skip both ids of the pair: the new id replaces two ids by one",
+         _merge_overlapping),
+    Slip("replace every occurrence, not only the first", _merge_first_only),
+    Slip("scan left to right: in a a a the first two merge, the third stays",
+         _merge_right_to_left),
+)
+
+
+# 3. bpe_encode ---------------------------------------------------------------------------------
+
+
+def bpe_encode(text: str, merges: list[Pair]) -> list[int]:
+    """Reference: UTF-8 bytes, then the earliest-learned adjacent pair merged first, until none.
+
+    ``merges[i]`` is the pair of ids that merge ``i`` replaced by id ``256 + i``. The same rule as
+    :meth:`course_lib.bpe.Tokenizer.encode` applies inside each pre-token; here the whole text is
+    one piece (no pre-tokenisation).
+    """
+    ranks: dict[Pair, int] = {}
+    for rank, pair in enumerate(merges):
+        ranks.setdefault(tuple(pair), rank)  # type: ignore[arg-type]
+    ids = list(text.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, math.inf))
+        if pair not in ranks:
+            break
+        ids = bpe.merge(ids, pair, 256 + ranks[pair])
+    return ids
+
+
+def _learn_merges(text: str, n_merges: int, seed: int) -> list[Pair]:
+    """Merges that fire on ``text``: each time a random adjacent pair of the current ids.
+
+    Plain Python (the case builders may not call the references): a random walk through what a
+    BPE trainer could have learned, enough to check that merges apply in the order learned.
+    """
+    g = gen(seed)
+    ids = list(text.encode("utf-8"))
+    merges: list[Pair] = []
+    for rank in range(n_merges):
+        if len(ids) < 2:
+            break
+        i = int(torch.randint(len(ids) - 1, (1,), generator=g))
+        pair = (ids[i], ids[i + 1])
+        merges.append(pair)
+        out, j = [], 0
+        while j < len(ids):
+            if j + 1 < len(ids) and (ids[j], ids[j + 1]) == pair:
+                out.append(256 + rank)
+                j += 2
+            else:
+                out.append(ids[j])
+                j += 1
+        ids = out
+    return merges
+
+
+def _bpe_encode_cases() -> list[Case]:
+    def build(seed: int, train: str, test: str, n_merges: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"text": test, "merges": _learn_merges(train, n_merges, seed)}
+        return inputs
+
+    ab = "ab ba aab abba bab"
+    words = _random_text(31, 400, "aabbbcd  e")
+    unicode = "naïve café, déjà vu 🙂🙂 e\u0301 ½"
+    return [
+        Case("merges learned on the same text", build(31, words, words, 40)),
+        Case("merges applied to another text", build(32, words, _random_text(33, 200, "abcde "),
+                                                     30)),
+        Case("non-ASCII text (multi-byte characters)", build(34, unicode * 3, unicode, 25)),
+        Case("a merge order that differs from frequency", build(35, ab * 4, "aabbaabab", 6)),
+        Case("no merges: the bytes", lambda: {"text": "héllo", "merges": []}),
+        Case("the empty string", lambda: {"text": "", "merges": [(97, 98)]}),
+    ]
+
+
+def _encode_slip(text: str, merges: list[Pair], slip: str) -> list[int]:
+    """A wrong encoder, one per slip (there is no correct setting of ``slip``)."""
+    if slip not in ("chars", "rank ids", "most frequent", "one pass"):
+        raise ValueError(f"unknown slip {slip!r}")
+    ranks: dict[Pair, int] = {}
+    for rank, pair in enumerate(merges):
+        ranks.setdefault((pair[0], pair[1]), rank)
+    ids = [ord(c) for c in text] if slip == "chars" else list(text.encode("utf-8"))
+    offset = 0 if slip == "rank ids" else 256
+    while len(ids) >= 2:
+        present = [p for p in zip(ids, ids[1:]) if p in ranks]
+        if not present:
+            break
+        if slip == "most frequent":
+            pair = max(present, key=present.count)
+        else:
+            pair = min(present, key=lambda p: ranks[p])
+        if slip == "one pass":  # every known pair in one left-to-right sweep, then stop
+            out, j = [], 0
+            while j < len(ids):
+                if j + 1 < len(ids) and (ids[j], ids[j + 1]) in ranks:
+                    out.append(256 + ranks[(ids[j], ids[j + 1])])
+                    j += 2
+                else:
+                    out.append(ids[j])
+                    j += 1
+            return out
+        out, j = [], 0
+        while j < len(ids):
+            if j + 1 < len(ids) and (ids[j], ids[j + 1]) == pair:
+                out.append(offset + ranks[pair])
+                j += 2
+            else:
+                out.append(ids[j])
+                j += 1
+        ids = out
+    return ids
+
+
+_BPE_ENCODE_SLIPS = (
+    Slip("start from the text's UTF-8 bytes (text.encode('utf-8')), not from ord() of each "
+         "character", lambda text, merges: _encode_slip(text, merges, "chars")),
+    Slip("merge i creates id 256 + i (ids 0..255 are the bytes)",
+         lambda text, merges: _encode_slip(text, merges, "rank ids")),
+    Slip("apply the merge learned earliest first, not the most frequent pair",
+         lambda text, merges: _encode_slip(text, merges, "most frequent")),
+    Slip("one pass is not enough: keep merging until no learned pair is left",
+         lambda text, merges: _encode_slip(text, merges, "one pass")),
+)
+
+
+# 4. bits_per_byte_loss -------------------------------------------------------------------------
+
+
+def _bpb_cases() -> list[Case]:
+    def build(seed: int, B: int, T: int, V: int, dtype: torch.dtype, scale: float = 2.0) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            g = gen(seed)
+            return {"logits": (scale * torch.randn(B, T, V, generator=g, dtype=f64)).to(dtype),
+                    "targets": torch.randint(V, (B, T), generator=g),
+                    "token_bytes": torch.randint(1, 7, (V,), generator=g)}
+        return inputs
+
+    def bytes_only() -> dict[str, Any]:
+        inputs = build(45, 2, 8, 256, f64)()
+        inputs["token_bytes"] = torch.ones(256, dtype=torch.long)
+        return inputs
+
+    return [
+        Case("float32, (batch, length, vocabulary)", build(41, 3, 10, 50, f32)),
+        Case("float64, batch size 1", build(42, 1, 7, 20, f64)),
+        Case("float32, long tokens and confident logits", build(43, 2, 16, 300, f32, 6.0)),
+        Case("float64, a single position", build(44, 1, 1, 9, f64)),
+        Case("float64, a byte-level vocabulary", bytes_only),
+    ]
+
+
+def _bpb_nats(logits: torch.Tensor, targets: torch.Tensor,
+              token_bytes: torch.Tensor) -> torch.Tensor:
+    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    return nats / token_bytes[targets].sum().to(logits.dtype)
+
+
+def _bpb_per_token(logits: torch.Tensor, targets: torch.Tensor,
+                   token_bytes: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()) / math.log(2)
+
+
+def _bpb_mean_of_ratios(logits: torch.Tensor, targets: torch.Tensor,
+                        token_bytes: torch.Tensor) -> torch.Tensor:
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                            reduction="none")
+    return (nll / token_bytes[targets].flatten().to(logits.dtype)).mean() / math.log(2)
+
+
+def _bpb_vocab_mean(logits: torch.Tensor, targets: torch.Tensor,
+                    token_bytes: torch.Tensor) -> torch.Tensor:
+    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return nats / (token_bytes.to(logits.dtype).mean() * math.log(2))
+
+
+_BPB_SLIPS = (
+    Slip("that is nats per byte: divide by ln 2 to get bits", _bpb_nats),
+    Slip("that is bits per token: divide by the bytes the target tokens stand for",
+         _bpb_per_token),
+    Slip("divide the total bits by the total bytes (a ratio of sums), not the mean of per-token "
+         "ratios", _bpb_mean_of_ratios),
+    Slip("count the bytes of the target tokens, not the average token of the vocabulary",
+         _bpb_vocab_mean),
+)
+
+
+# 5. temperature_top_k --------------------------------------------------------------------------
+
+
+def temperature_top_k(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
+    """Reference: ``logits / temperature``, then all but the ``k`` largest (ties kept) at -inf."""
+    return sampling.top_k_filter(sampling.apply_temperature(logits, temperature), k)
+
+
+def _top_k_cases() -> list[Case]:
+    def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, temperature: float,
+              k: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"logits": randn(seed, *shape, dtype=dtype, scale=2.0),
+                    "temperature": temperature, "k": k}
+        return inputs
+
+    def ties() -> dict[str, Any]:
+        logits = torch.tensor([[1.0, 3.0, 2.0, 3.0, 2.0, 0.0],
+                               [5.0, 5.0, 5.0, 1.0, 0.0, -1.0]], dtype=f64)
+        return {"logits": logits, "temperature": 0.5, "k": 2}
+
+    return [
+        Case("float32, (batch, vocabulary), T = 0.7, k = 5", build(51, (4, 30), f32, 0.7, 5)),
+        Case("float64, batch size 1, T = 1.5, k = 1", build(52, (1, 12), f64, 1.5, 1)),
+        Case("float32, k at least the vocabulary size", build(53, (2, 8), f32, 2.0, 8)),
+        Case("float64, ties with the k-th largest", ties),
+        Case("float32, a 3-D batch (B, T, V), T = 1", build(54, (2, 3, 10), f32, 1.0, 3)),
+    ]
+
+
+def _keep_top_k(scaled: torch.Tensor, k: int) -> torch.Tensor:
+    kth = scaled.topk(min(k, scaled.shape[-1]), dim=-1).values[..., -1:]
+    return scaled.masked_fill(scaled < kth, float("-inf"))
+
+
+def _top_k_times_t(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
+    return _keep_top_k(logits * temperature, k)
+
+
+def _top_k_no_temperature(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
+    return _keep_top_k(logits, k)
+
+
+def _top_k_zero_fill(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
+    scaled = logits / temperature
+    kth = scaled.topk(min(k, scaled.shape[-1]), dim=-1).values[..., -1:]
+    return scaled.masked_fill(scaled < kth, 0.0)
+
+
+def _top_k_strict(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
+    scaled = logits / temperature
+    index = scaled.topk(min(k, scaled.shape[-1]), dim=-1).indices
+    keep = torch.zeros_like(scaled, dtype=torch.bool).scatter_(-1, index, True)
+    return scaled.masked_fill(~keep, float("-inf"))
+
+
+_TOP_K_SLIPS = (
+    Slip("divide the logits by the temperature (T < 1 sharpens), do not multiply",
+         _top_k_times_t),
+    Slip("apply the temperature: divide the logits by it", _top_k_no_temperature),
+    Slip("a filtered token needs probability zero: set its logit to -inf, not 0",
+         _top_k_zero_fill),
+    Slip("keep every logit equal to the k-th largest (ties), not exactly k of them",
+         _top_k_strict),
+)
+
+
+# 6. top_p_filter -------------------------------------------------------------------------------
+
+
+def _top_p_cases() -> list[Case]:
+    def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, p: float,
+              scale: float = 2.0) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"logits": randn(seed, *shape, dtype=dtype, scale=scale), "p": p}
+        return inputs
+
+    def boundary32() -> dict[str, Any]:
+        # probabilities 0.65, 0.3, 0.05: p = 0.95 is reached exactly by the first two (their
+        # float32 sum rounds below 0.95)
+        return {"logits": torch.tensor([[0.3, 0.05, 0.65], [0.65, 0.3, 0.05]], dtype=f32).log(),
+                "p": 0.95}
+
+    def boundary32_first() -> dict[str, Any]:
+        # probabilities 0.5, 0.4, 0.1: p = 0.5 is reached exactly by the first token alone
+        return {"logits": torch.tensor([[0.1, 0.4, 0.5]], dtype=f32).log(), "p": 0.5}
+
+    def boundary64() -> dict[str, Any]:
+        # probabilities 0.1 each: p = 0.3 is reached exactly by the first three (vocabulary order)
+        return {"logits": torch.zeros(1, 10, dtype=f64), "p": 0.3}
+
+    return [
+        Case("float32, (batch, vocabulary), p = 0.9", build(61, (4, 40), f32, 0.9)),
+        Case("float64, batch size 1, p = 0.5", build(62, (1, 25), f64, 0.5)),
+        Case("float32, a peaked distribution, p = 0.95", build(63, (3, 50), f32, 0.95, 5.0)),
+        Case("float64, p = 1 keeps every token", build(64, (2, 7), f64, 1.0)),
+        Case("float32, a small p keeps only the most probable token", build(65, (2, 9), f32, 0.01)),
+        Case("float32, cumulative probability exactly p", boundary32),
+        Case("float32, the most probable token has exactly p", boundary32_first),
+        Case("float64, equal probabilities, exactly p", boundary64),
+        Case("float64, a 3-D batch (B, T, V), p = 0.7", build(66, (2, 3, 12), f64, 0.7)),
+    ]
+
+
+def _top_p_includes_self(logits: torch.Tensor, p: float) -> torch.Tensor:
+    # keeps a token while the mass *including* it stays within p: drops the one that crosses p
+    probs = torch.softmax(logits.double(), dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    keep_sorted = sorted_probs.cumsum(-1) <= p + 1e-9
+    keep_sorted[..., 0] = True
+    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _top_p_no_tolerance(logits: torch.Tensor, p: float) -> torch.Tensor:
+    probs = torch.softmax(logits, dim=-1)  # in the logits' dtype, no tolerance at the boundary
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    above = sorted_probs.cumsum(-1) - sorted_probs
+    keep_sorted = above < p
+    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _top_p_on_logits(logits: torch.Tensor, p: float) -> torch.Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+    above = sorted_logits.cumsum(-1) - sorted_logits
+    keep_sorted = above < p
+    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+_TOP_P_SLIPS = (
+    Slip("keep the token that crosses p too: a token is kept while the tokens ranked above it "
+         "have not reached p", _top_p_includes_self),
+    Slip("a cumulative probability that rounds just below p has reached p: sum in float64 and "
+         "allow for rounding at the boundary", _top_p_no_tolerance),
+    Slip("accumulate probabilities (softmax), not logits", _top_p_on_logits),
+)
+
+
+# 7. kv_attention_step --------------------------------------------------------------------------
+
+
+def kv_attention_step(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
+                      w_attn: torch.Tensor, b_attn: torch.Tensor, w_proj: torch.Tensor,
+                      b_proj: torch.Tensor, n_head: int,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference: one new position through :class:`~course_lib.gpt.CausalSelfAttention` with a
+    :class:`~course_lib.gpt.KVCache` holding ``past_k, past_v``; returns ``(y, k, v)``."""
+    B, d = x.shape
+    config = gpt.GPTConfig(vocab_size=1, block_size=1, n_layer=1, n_head=n_head, n_embd=d,
+                           attn_impl="reference")
+    attn = gpt.CausalSelfAttention(config).to(x.dtype).eval()
+    with torch.no_grad():
+        attn.c_attn.weight.copy_(w_attn)
+        attn.c_attn.bias.copy_(b_attn)
+        attn.c_proj.weight.copy_(w_proj)
+        attn.c_proj.bias.copy_(b_proj)
+        cache = gpt.KVCache(n_layer=1)
+        if past_k.shape[2] > 0:
+            cache.update(0, past_k, past_v)
+        y = attn(x[:, None, :], cache, 0)[:, 0]  # (B, d)
+    return y, cache.keys[0], cache.values[0]  # type: ignore[return-value]
+
+
+def _kv_cases() -> list[Case]:
+    def build(seed: int, B: int, P: int, d: int, h: int, dtype: torch.dtype) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            g = gen(seed)
+
+            def r(*shape: int, scale: float = 1.0) -> torch.Tensor:
+                return (scale * torch.randn(*shape, generator=g, dtype=f64)).to(dtype)
+
+            return {"x": r(B, d), "past_k": r(B, h, P, d // h), "past_v": r(B, h, P, d // h),
+                    "w_attn": r(3 * d, d, scale=d ** -0.5), "b_attn": r(3 * d, scale=0.1),
+                    "w_proj": r(d, d, scale=d ** -0.5), "b_proj": r(d, scale=0.1), "n_head": h}
+        return inputs
+
+    return [
+        Case("float32, 5 cached positions, 4 heads", build(71, 2, 5, 16, 4, f32)),
+        Case("float64, batch size 1, 1 head", build(72, 1, 3, 6, 1, f64)),
+        Case("float32, an empty cache (the first token)", build(73, 3, 0, 8, 2, f32)),
+        Case("float64, 2 heads, a longer cache", build(74, 2, 12, 12, 2, f64)),
+        Case("float32, 3 heads of width 4", build(75, 1, 7, 12, 3, f32)),
+    ]
+
+
+def _kv_slip(slip: str) -> Any:
+    """A wrong cached attention step, one per slip (there is no correct setting of ``slip``)."""
+    if slip not in ("no scale", "past only", "swapped", "new first"):
+        raise ValueError(f"unknown slip {slip!r}")
+
+    def step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head):
+        return _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip)
+
+    return step
+
+
+def _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
+    B, d = x.shape
+    dh = d // n_head
+    scale, include_new, new_first = slip != "no scale", slip != "past only", slip == "new first"
+    q, k, v = (x @ w_attn.T + b_attn).split(d, dim=-1)  # 3 x (B, d)
+    if slip == "swapped":
+        q, k = k, q
+    q, k, v = (t.view(B, n_head, 1, dh) for t in (q, k, v))  # (B, h, 1, dh)
+    keys = torch.cat([k, past_k] if new_first else [past_k, k], dim=2)  # (B, h, P + 1, dh)
+    values = torch.cat([v, past_v] if new_first else [past_v, v], dim=2)
+    attend_k, attend_v = (keys, values) if include_new else (past_k, past_v)
+    scores = q @ attend_k.transpose(-2, -1) / (math.sqrt(dh) if scale else 1.0)  # (B, h, 1, n)
+    y = (scores.softmax(-1) @ attend_v).reshape(B, d)  # (B, d)
+    return y @ w_proj.T + b_proj, keys, values
+
+
+_KV_SLIPS = (
+    Slip("scale the scores by 1 / sqrt(d_head), the width of one head", _kv_slip("no scale")),
+    Slip("c_attn's output is queries, keys, values in that order", _kv_slip("swapped")),
+    Slip("append the new key and value after the cached ones (positions stay in order)",
+         _kv_slip("new first")),
+    Slip("the new token attends to itself too: append its key and value before attending",
+         _kv_slip("past only")),
+)
+
+
+# Registry --------------------------------------------------------------------------------------
+
+# Each forbidden callable is listed once (the guard names the exercise it is listed under).
+_SAMPLING_FORBIDDEN = (sampling.apply_temperature, sampling.top_k_filter, sampling.filter_logits,
+                       sampling.filtered_distribution, sampling.sample_next, sampling.sample)
+
+EXERCISES = {ex.id: ex for ex in [
+    Exercise(id="language_models.pair_counts", reference=bpe.pair_counts,
+             cases=_pair_counts_cases, slips=_PAIR_COUNTS_SLIPS,
+             call=_pairs_as_rows),
+    Exercise(id="language_models.merge", reference=bpe.merge, cases=_merge_cases,
+             slips=_MERGE_SLIPS),
+    Exercise(id="language_models.bpe_encode", reference=bpe_encode, cases=_bpe_encode_cases,
+             slips=_BPE_ENCODE_SLIPS, forbidden=(bpe.Tokenizer, bpe.train_bpe)),
+    Exercise(id="language_models.bits_per_byte_loss", reference=gpt.bits_per_byte_loss,
+             cases=_bpb_cases, slips=_BPB_SLIPS, forbidden=(gpt.lm_loss, gpt.bits_per_byte)),
+    Exercise(id="language_models.temperature_top_k", reference=temperature_top_k,
+             cases=_top_k_cases, slips=_TOP_K_SLIPS, forbidden=_SAMPLING_FORBIDDEN),
+    Exercise(id="language_models.top_p_filter", reference=sampling.top_p_filter,
+             cases=_top_p_cases, slips=_TOP_P_SLIPS),
+    Exercise(id="language_models.kv_attention_step", reference=kv_attention_step,
+             cases=_kv_cases, slips=_KV_SLIPS,
+             forbidden=(gpt.CausalSelfAttention, gpt.KVCache, gpt.Block, gpt.GPT,
+                        attention.scaled_dot_product_attention)),
+]}
