@@ -177,8 +177,8 @@ def sparsemax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Example:
         >>> sparsemax(torch.tensor([2.0, 1.0, -1.0]))
         tensor([1., 0., 0.])
-        >>> sparsemax(torch.tensor([0.5, 0.3, 0.0]))
-        tensor([0.6000, 0.4000, 0.0000])
+        >>> sparsemax(torch.tensor([1.0, 0.5, -1.0]))  # k = 2, tau = (1.5 - 1) / 2
+        tensor([0.7500, 0.2500, 0.0000])
     """
     dim = _check_scores(z, dim)
     return SparsemaxFunction.apply(z.movedim(dim, -1)).movedim(-1, dim)
@@ -240,8 +240,8 @@ def entmax(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1) -> torch.Tensor:
     """alpha-entmax by the best method: sorting for alpha 2 and 1.5 (floats), else bisection.
 
     Example:
-        >>> entmax(torch.tensor([0.5, 0.3, 0.0]), alpha=2.0)
-        tensor([0.6000, 0.4000, 0.0000])
+        >>> entmax(torch.tensor([1.0, 0.5, -1.0]), alpha=2.0)
+        tensor([0.7500, 0.2500, 0.0000])
     """
     if isinstance(alpha, (int, float)) and alpha == 2:
         return sparsemax(z, dim)
