@@ -16,7 +16,10 @@ and decoding looks for the ``y`` that maximises it. Greedy search takes the most
 each step; beam search keeps the ``k`` most probable prefixes. They differ because the argmax of a
 product is not the product of the argmaxes: :func:`greedy_vs_beam_example` is a three-token
 example, checkable by hand, in which greedy search returns a sequence of probability 0.225 and beam
-search one of probability 0.36.
+search one of probability 0.36. A beam is not guaranteed to win, though: greedy's prefix can be
+pruned from it, and :func:`beam_loses_to_greedy_example` is a model in which two beams return a
+sequence of probability 0.105 and greedy search one of 0.14. :func:`sequence_log_prob` scores a
+given output (teacher forcing), so the two searches can be compared on any model.
 """
 
 from __future__ import annotations
@@ -216,3 +219,73 @@ def greedy_vs_beam_example() -> tuple[StepFn, int, int]:
     probs[2, :, 0] = 1.0  # after two tokens: <eos>
     probs[0, :3, 0] = probs[1, [0, 3], 0] = 1.0  # unreachable rows: any distribution will do
     return markov_step(probs.log()), 3, 0
+
+
+@torch.no_grad()
+def sequence_log_prob(step: StepFn, tokens: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    r"""The log-probability a model gives the tokens after the prompt: teacher-forced scoring.
+
+    .. math:: \log p(y_{t_0:} \mid y_{<t_0}) = \sum_{t \ge t_0} \log p(y_t \mid y_{<t})
+
+    Args:
+        step: ``(B, t) -> (B, V)`` next-token logits.
+        tokens: ``(t0 + n,)`` or ``(1, t0 + n)`` long, the prompt followed by the new tokens.
+        prompt_len: ``t0 >= 1``, the number of prompt tokens (they are not scored).
+
+    Returns:
+        A 0-d tensor, the sum of the new tokens' log-probabilities (the ``score`` that
+        :func:`beam_search` returns for its tokens).
+
+    Example:
+        >>> step, bos, eos = greedy_vs_beam_example()
+        >>> round(sequence_log_prob(step, torch.tensor([bos, 2, 1, eos]), 1).exp().item(), 2)
+        0.36
+    """
+    tokens = _check_prompt(tokens)
+    if tokens.shape[0] != 1:
+        raise ValueError(f"sequence_log_prob scores one sequence; got batch size {tokens.shape[0]}")
+    if not 1 <= prompt_len <= tokens.shape[1]:
+        raise ValueError(f"prompt_len must lie between 1 and the sequence length "
+                         f"{tokens.shape[1]}, got {prompt_len}")
+    total = torch.zeros((), dtype=torch.float64)
+    for t in range(prompt_len, tokens.shape[1]):
+        log_probs = _next_log_probs(step, tokens[:, :t])  # (1, V)
+        total = total.to(log_probs.dtype) + log_probs[0, tokens[0, t]]
+    return total
+
+
+def beam_loses_to_greedy_example() -> tuple[StepFn, int, int]:
+    r"""A model in which beam search with two beams returns a *less* probable sequence than greedy.
+
+    Tokens: ``0 = <eos>``, ``1 = A``, ``2 = B``, ``3 = C``, ``4 = D``, ``5 = <bos>``. The
+    probabilities (a row not listed, unreachable or after three tokens, ends with ``<eos>``):
+
+    ==============  ============================================
+    after           next token
+    ==============  ============================================
+    ``<bos>``       A 0.4, B 0.35, D 0.25
+    ``<bos> A``     D 0.35, <eos> 0.33, B 0.32
+    ``<bos> B``     C 0.5, B 0.45, <eos> 0.05
+    ``<bos> D``     A 0.52, <eos> 0.48
+    ``<bos> A D``   <eos> 1
+    ``<bos> B C``   A 0.6, <eos> 0.4
+    ``<bos> B B``   A 0.6, <eos> 0.4
+    ==============  ============================================
+
+    Greedy writes A D <eos>, :math:`p = 0.4 \times 0.35 = 0.14` (the most probable sequence of
+    all). Two beams keep A and B after one step; after two, BC (0.175) and BB (0.1575) both beat
+    AD (0.14), so greedy's prefix is pruned, and the beam ends with B C A <eos>,
+    :math:`p = 0.175 \times 0.6 = 0.105`. Three beams keep AD and find 0.14 again.
+
+    Returns:
+        ``(step, bos_id, eos_id)``.
+    """
+    eos, A, B, C, D, bos = range(6)
+    probs = torch.zeros(4, 6, 6, dtype=torch.float64)  # (position, last token, next token)
+    probs[:, :, eos] = 1.0  # by default: end
+    probs[0, bos] = torch.tensor([0.0, 0.4, 0.35, 0.0, 0.25, 0.0], dtype=torch.float64)
+    probs[1, A] = torch.tensor([0.33, 0.0, 0.32, 0.0, 0.35, 0.0], dtype=torch.float64)
+    probs[1, B] = torch.tensor([0.05, 0.0, 0.45, 0.5, 0.0, 0.0], dtype=torch.float64)
+    probs[1, D] = torch.tensor([0.48, 0.52, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    probs[2, C] = probs[2, B] = torch.tensor([0.4, 0.6, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    return markov_step(probs.log()), bos, eos

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from course_lib import decoding
 from course_lib.decoding import beam_search, greedy_decode, greedy_vs_beam_example, markov_step
 
 EOS, BOS = 0, 1
@@ -55,6 +56,43 @@ def test_hand_checked_example_greedy_differs_from_beam() -> None:
     tokens, score = beam_search(step, torch.tensor([[bos]]), 2, 5, eos)
     assert tokens.tolist() == [3, 2, 1, 0]  # B A <eos>
     assert math.isclose(score.exp().item(), 0.4 * 0.9)
+
+
+def test_hand_checked_example_beam_loses_to_greedy() -> None:
+    """Two beams prune greedy's prefix (0.175 and 0.1575 beat 0.14) and end at 0.105."""
+    step, bos, eos = decoding.beam_loses_to_greedy_example()
+    greedy = greedy_decode(step, torch.tensor([[bos]]), 5, eos)[0]
+    assert greedy.tolist() == [bos, 1, 4, eos]  # A D <eos>
+    assert math.isclose(math.exp(sequence_log_prob(step, greedy.tolist())), 0.4 * 0.35)
+    tokens, score = beam_search(step, torch.tensor([bos]), 2, 5, eos)
+    assert tokens.tolist() == [bos, 2, 3, 1, eos]  # B C A <eos>
+    assert math.isclose(score.exp().item(), 0.35 * 0.5 * 0.6)
+    tokens, score = beam_search(step, torch.tensor([bos]), 3, 5, eos)
+    assert tokens.tolist() == greedy.tolist() and math.isclose(score.exp().item(), 0.14)
+    # Greedy's output is the most probable finished sequence of all (brute force).
+    best = max(math.exp(sequence_log_prob(step, [bos, *body]))
+               for n in range(1, 5) for body in itertools.product(range(6), repeat=n)
+               if body[-1] == eos and eos not in body[:-1])
+    assert math.isclose(best, 0.14)
+    # Every reachable row is a distribution.
+    for prefix in ([bos], [bos, 1], [bos, 2], [bos, 4], [bos, 1, 4], [bos, 2, 3], [bos, 2, 2]):
+        probs = torch.softmax(step(torch.tensor([prefix])), -1)
+        assert math.isclose(probs.sum().item(), 1.0, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sequence_log_prob_is_the_beam_score_and_the_teacher_forced_sum(seed: int) -> None:
+    step = random_scorer(seed, vocab=5, dtype=torch.float32)
+    tokens, score = beam_search(step, torch.tensor([BOS, 3]), 3, 6, EOS)
+    ours = decoding.sequence_log_prob(step, tokens, 2)
+    assert ours.shape == () and ours.dtype == torch.float32
+    torch.testing.assert_close(ours, score)
+    assert math.isclose(ours.item(), sequence_log_prob(step, tokens.tolist(), t0=2), rel_tol=1e-5)
+    assert decoding.sequence_log_prob(step, tokens[None], len(tokens)).item() == 0.0  # nothing new
+    with pytest.raises(ValueError, match="prompt_len"):
+        decoding.sequence_log_prob(step, tokens, 0)
+    with pytest.raises(ValueError, match="one sequence"):
+        decoding.sequence_log_prob(step, torch.stack([tokens, tokens]), 1)
 
 
 def test_greedy_pads_finished_rows_and_stops_when_all_done() -> None:

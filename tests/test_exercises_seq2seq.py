@@ -1,232 +1,86 @@
-"""Chapter 1's graded exercises: torch-only solutions pass, slips fail with a helpful message,
-and solutions that call course_lib's implementations fail with the reference-call message."""
+"""Chapter 1's exercises: what the generic registry and notebook tests cannot know.
+
+The generic tests (tests/test_exercise_registries.py, tests/test_notebooks.py) already check that
+every reference passes its cases, every slip fails with its own message and every solution cell
+passes its hidden tests. Here: the solutions taken from the notebook pass in this process too, the
+hidden cases discriminate (greedy rows that end at different steps, beams that beat greedy), the
+visible tests catch a transposed weight and the other slips, the questions' slips cover every
+wrong letter without giving the answer away, and a solution that leans on another exercise's
+reference is caught.
+"""
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any, Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from course_lib import alignment, attention, decoding, grading, seq2seq
+from course_lib import attention, decoding, grading
 from course_lib.exercises import seq2seq as ex1
+from tests.conftest import load, release_notebook, setup_namespace, solution
 
 pytestmark = pytest.mark.ch01
 
-
-# --------------------------------------------------------------------------------------------
-# Solutions a student could write: torch only (the same code as the solution notebook's cells)
-# --------------------------------------------------------------------------------------------
-
-
-def sequence_loss(logits, targets, pad_id):
-    V = logits.shape[-1]
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id)
+SLUG = "01-seq2seq"
+NAMES = [exercise_id.split(".", 1)[1] for exercise_id in ex1.EXERCISES]
+QUESTIONS = [ex for ex in ex1.EXERCISES.values() if ex.cases is grading.answer_case]
 
 
-def greedy_decode(step, prompt, max_new_tokens, eos_id):
-    tokens = prompt
-    finished = torch.zeros(prompt.shape[0], dtype=torch.bool)
-    for _ in range(max_new_tokens):
-        next_token = step(tokens).argmax(dim=-1)
-        next_token = torch.where(finished, torch.full_like(next_token, eos_id), next_token)
-        finished = finished | (next_token == eos_id)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-        if finished.all():
-            break
-    return tokens
-
-
-def beam_search(step, prompt, beam_width, max_new_tokens, eos_id):
-    beams = [(prompt[0].tolist(), 0.0, False)]  # (tokens, score, finished)
-    score_dtype = None
-    for _ in range(max_new_tokens):
-        if all(done for _, _, done in beams):
-            break
-        candidates = []
-        for tokens, score, done in beams:
-            if done:
-                candidates.append((tokens, score, True))
-                continue
-            log_probs = torch.log_softmax(step(torch.tensor([tokens])), dim=-1)[0]
-            score_dtype = log_probs.dtype
-            for v, lp in enumerate(log_probs.tolist()):
-                candidates.append((tokens + [v], score + lp, v == eos_id))
-        candidates.sort(key=lambda c: -c[1])
-        beams = candidates[:beam_width]
-    tokens, score, _ = max(beams, key=lambda c: c[1])
-    return torch.tensor(tokens), torch.tensor(score, dtype=score_dtype)
-
-
-def masked_softmax(scores, mask):
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.nan_to_num(weights, nan=0.0)  # a fully masked row: 0/0 -> 0
-
-
-def additive_score(query, keys, W_q, W_k, v):
-    q = query @ W_q.T  # (B, T_q, d_a)
-    k = keys @ W_k.T  # (B, T_k, d_a)
-    return torch.tanh(q[:, :, None, :] + k[:, None, :, :]) @ v
-
-
-def context_vector(scores, values, mask=None):
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ values, weights
-
-
-def attention_decoder_step(y_prev, state, memory, keys, memory_mask, embedding, gru_cell, W_q, v,
-                           out):
-    scores = torch.tanh((state @ W_q.T)[:, None, :] + keys) @ v  # (B, S)
-    weights = torch.softmax(scores.masked_fill(~memory_mask, float("-inf")), dim=-1)
-    context = torch.einsum("bs,bsh->bh", weights, memory)
-    emb = embedding(y_prev)
-    new_state = gru_cell(torch.cat([emb, context], dim=-1), state)
-    return out(torch.cat([new_state, context, emb], dim=-1)), new_state, weights
-
-
-SOLUTIONS: dict[str, Callable[..., Any]] = {
-    "sequence_loss": sequence_loss, "greedy_decode": greedy_decode, "beam_search": beam_search,
-    "masked_softmax": masked_softmax, "additive_score": additive_score,
-    "context_vector": context_vector, "attention_decoder_step": attention_decoder_step,
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Slips a student could make, and the message each must get
-# --------------------------------------------------------------------------------------------
-
-
-def loss_with_padding(logits, targets, pad_id):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-def greedy_without_stopping(step, prompt, max_new_tokens, eos_id):
-    tokens = prompt
-    for _ in range(max_new_tokens):
-        tokens = torch.cat([tokens, step(tokens).argmax(-1, keepdim=True)], dim=1)
-    return tokens
-
-
-def beam_that_is_greedy(step, prompt, beam_width, max_new_tokens, eos_id):
-    tokens = greedy_decode(step, prompt, max_new_tokens, eos_id)[0]
-    logp = sum(float(torch.log_softmax(step(tokens[None, :t]), -1)[0, tokens[t]])
-               for t in range(prompt.shape[1], len(tokens)))
-    return tokens, torch.tensor(logp, dtype=torch.float64)
-
-
-def softmax_with_nan_rows(scores, mask):
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-
-
-def softmax_ignoring_mask(scores, mask):
-    return torch.softmax(scores, dim=-1)
-
-
-def additive_transposed(query, keys, W_q, W_k, v):
-    return additive_score(query, keys, W_q, W_k, v).transpose(1, 2)
-
-
-def context_from_scores(scores, values, mask=None):
-    _, weights = context_vector(scores, values, mask)
-    return scores @ values, weights
-
-
-def step_with_new_state_as_query(y_prev, state, memory, keys, memory_mask, embedding, gru_cell,
-                                 W_q, v, out):
-    emb = embedding(y_prev)
-    new_state = gru_cell(torch.cat([emb, memory.mean(1)], dim=-1), state)
-    scores = torch.tanh((new_state @ W_q.T)[:, None, :] + keys) @ v
-    weights = masked_softmax(scores, memory_mask)
-    context = torch.einsum("bs,bsh->bh", weights, memory)
-    return out(torch.cat([new_state, context, emb], dim=-1)), new_state, weights
-
-
-WRONG = [
-    ("sequence_loss", loss_with_padding, "padded positions"),
-    ("greedy_decode", greedy_without_stopping, "after every row has produced <eos>"),
-    ("beam_search", beam_that_is_greedy, "greedy sequence"),
-    ("masked_softmax", softmax_with_nan_rows, "must be all zeros"),
-    ("masked_softmax", softmax_ignoring_mask, "masked key"),
-    ("additive_score", additive_transposed, "transposed"),
-    ("context_vector", context_from_scores, "weights are right"),
-    ("attention_decoder_step", step_with_new_state_as_query, "previous state"),
-]
-
-
-# --------------------------------------------------------------------------------------------
-# Tests
-# --------------------------------------------------------------------------------------------
-
-
-def test_every_exercise_has_a_solution_here() -> None:
-    assert sorted(f"seq2seq.{name}" for name in SOLUTIONS) == sorted(ex1.EXERCISES)
-    assert sum(ex.points for ex in ex1.EXERCISES.values()) == 16
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_reference_passes_its_own_cases(name: str) -> None:
-    ex = grading.get_exercise(f"seq2seq.{name}")
-    for case in ex.cases():
-        got = grading.to_plain(ex.run(ex.reference, case.inputs()))
-        assert grading.judge(ex, case, got, None, None) is None, case.name
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_torch_only_solution_passes(name: str) -> None:
-    results = grading.evaluate(f"seq2seq.{name}", SOLUTIONS[name])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_notebooks_solution_passes_every_hidden_case(name: str) -> None:
+    results = grading.evaluate(f"seq2seq.{name}", solution(SLUG, name))
     assert grading.format_failures(f"seq2seq.{name}", results) is None
 
 
-@pytest.mark.parametrize("name, wrong, hint", WRONG, ids=[f"{n}-{w.__name__}" for n, w, _ in WRONG])
-def test_wrong_solution_fails_with_a_helpful_message(name: str, wrong, hint: str) -> None:
-    results = grading.evaluate(f"seq2seq.{name}", wrong)
-    message = grading.format_failures(f"seq2seq.{name}", results)
-    assert message is not None and hint in message, message
+def test_the_registry_follows_the_notebooks_order() -> None:
+    graded = [c["metadata"]["nbgrader"]["grade_id"] for c in load(release_notebook(SLUG))["cells"]
+              if c["metadata"].get("nbgrader", {}).get("solution")]
+    assert graded == NAMES
 
 
-CALLERS: dict[str, Callable[..., Any]] = {
-    "sequence_loss": lambda logits, targets, pad_id: seq2seq.sequence_loss(logits, targets, pad_id),
-    "greedy_decode": lambda step, prompt, max_new_tokens, eos_id: decoding.greedy_decode(
-        step, prompt, max_new_tokens, eos_id),
-    "beam_search": lambda step, prompt, beam_width, max_new_tokens, eos_id: decoding.beam_search(
-        step, prompt, beam_width, max_new_tokens, eos_id),
-    "masked_softmax": lambda scores, mask: attention.masked_softmax(scores, mask),
-    "additive_score": lambda query, keys, W_q, W_k, v: alignment.additive_score(query, keys, W_q,
-                                                                                W_k, v),
-    "context_vector": lambda scores, values, mask=None: alignment.context_vector(scores, values,
-                                                                                 mask),
-    "attention_decoder_step": lambda **kw: seq2seq.attention_decoder_step(**kw),
-}
+# Questions ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ex", QUESTIONS, ids=lambda ex: ex.id)
+def test_every_wrong_letter_has_its_own_explanation(ex: grading.Exercise) -> None:
+    """Each option a-d the notebook offers is either the answer or a slip with its own message."""
+    cells = load(release_notebook(SLUG))["cells"]
+    (k,) = [k for k, c in enumerate(cells)
+            if c["metadata"].get("nbgrader", {}).get("grade_id") == ex.name]
+    statement = "".join(cells[k - 1]["source"])  # the markdown cell above the solution
+    offered = set(re.findall(r"^- \(([a-d])\)", statement, flags=re.M))
+    assert offered == set("abcd"), f"{ex.id}: the statement offers {sorted(offered)}"
+    answer = ex.reference()
+    slipped = [slip.fn() for slip in ex.slips]
+    assert sorted(slipped + [answer]) == sorted(offered), f"{ex.id}: letters {slipped} + {answer}"
+    for slip in ex.slips:
+        assert slip.message.startswith(f"({slip.fn()})"), "a message names the letter it explains"
+        assert f"({answer})" not in slip.message, f"{ex.id}: {slip.message!r} names the answer"
 
 
-@pytest.mark.parametrize("name", sorted(CALLERS))
-def test_calling_the_reference_fails_with_the_reference_message(name: str) -> None:
-    results = grading.evaluate(f"seq2seq.{name}", CALLERS[name])
-    message = grading.format_failures(f"seq2seq.{name}", results)
-    assert message is not None and "calls course_lib's implementation" in message
-    assert all(r.reference_called == f"seq2seq.{name}" for r in results)
+@pytest.mark.parametrize("ex", QUESTIONS, ids=lambda ex: ex.id)
+def test_a_question_accepts_any_case_and_spacing_and_rejects_non_letters(
+        ex: grading.Exercise) -> None:
+    answer = ex.reference()
+    assert grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: f" {answer.upper()} ")) \
+        is None
+    for wrong in (lambda: None, lambda: "ab", lambda: 2):
+        message = grading.format_failures(ex.id, grading.evaluate(ex.id, wrong))
+        assert message is not None and "one letter" in message
 
 
-def test_calling_another_exercises_reference_is_caught_too() -> None:
-    def context_via_masked_softmax(scores, values, mask=None):
-        weights = attention.masked_softmax(scores, mask)
-        return weights @ values, weights
-
-    results = grading.evaluate("seq2seq.context_vector", context_via_masked_softmax)
-    assert all(r.reference_called == "seq2seq.masked_softmax" for r in results)
-
+# Hidden cases that discriminate --------------------------------------------------------------
 
 def test_greedy_and_beam_cases_are_discriminating() -> None:
-    """Some greedy case has rows that stop at different steps; some beam case beats greedy."""
+    """Some greedy case has rows that stop at different steps; most beam cases beat greedy."""
     ragged = False
     for case in ex1.EXERCISES["seq2seq.greedy_decode"].cases():
-        out = decoding.greedy_decode(**case.inputs())
-        t0 = case.inputs()["prompt"].shape[1]
-        ends = {int((row[t0:] == 0).int().argmax()) if (row[t0:] == 0).any() else -1 for row in out}
+        inputs = case.inputs()
+        out = decoding.greedy_decode(**inputs)
+        new = out[:, inputs["prompt"].shape[1]:]
+        ends = {int((row == 0).int().argmax()) if (row == 0).any() else -1 for row in new}
         ragged |= len(ends) > 1
     assert ragged
     beats = 0
@@ -237,3 +91,81 @@ def test_greedy_and_beam_cases_are_discriminating() -> None:
                                         inputs["eos_id"])[0]
         beats += tokens.tolist() != greedy.tolist()
     assert beats >= 5
+
+
+def test_a_square_weight_case_exists_so_a_transposed_weight_runs_and_is_named() -> None:
+    """With non-square weights a transposition is a shape error; one square case lets it run and
+    get the nn.Linear message instead of a bare RuntimeError."""
+    for exercise_id, weight in (("seq2seq.additive_score", "W_q"),
+                                ("seq2seq.attention_decoder_step", "W_q")):
+        shapes = [tuple(case.inputs()[weight].shape) for case in ex1.EXERCISES[exercise_id].cases()]
+        assert any(a == b for a, b in shapes) and any(a != b for a, b in shapes), shapes
+        message = next(s.message for s in ex1.EXERCISES[exercise_id].slips
+                       if "nn.Linear" in s.message)
+        assert "W_q.T" in message
+
+
+# Visible tests catch the usual mistakes ------------------------------------------------------
+
+def _positional(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The slip ``fn`` with the signature of the notebook's function (visible tests call it
+    positionally)."""
+    params = list(inspect.signature(solution(SLUG, name)).parameters)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return fn(**dict(zip(params, args)), **kwargs)
+
+    return wrapped
+
+
+VISIBLY_CAUGHT = [(name, k) for name in ("masked_softmax", "additive_score", "context_vector",
+                                         "attention_decoder_step", "beam_search")
+                  for k in range(len(ex1.EXERCISES[f"seq2seq.{name}"].slips))]
+
+
+@pytest.mark.parametrize("name,k", VISIBLY_CAUGHT)
+def test_the_visible_tests_catch_each_slip(name: str, k: int, capsys) -> None:
+    """The released test cell (visible part only) fails on the slip, before any hidden test."""
+    slip = ex1.EXERCISES[f"seq2seq.{name}"].slips[k]
+    namespace = setup_namespace(SLUG)
+    namespace[name] = _positional(slip.fn, name)
+    cell = next(c for c in load(release_notebook(SLUG))["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == f"{name}_test")
+    with pytest.raises(Exception) as err:
+        exec("".join(cell["source"]), namespace)
+    assert not isinstance(err.value, NotImplementedError)
+    assert "visible tests passed" not in capsys.readouterr().out
+
+
+# The reference guard across exercises --------------------------------------------------------
+
+def test_calling_another_exercises_reference_is_caught_too() -> None:
+    def context_via_masked_softmax(scores, values, mask=None):
+        weights = attention.masked_softmax(scores, mask)
+        return weights @ values, weights
+
+    results = grading.evaluate("seq2seq.context_vector", context_via_masked_softmax)
+    assert all(r.reference_called == "seq2seq.masked_softmax" for r in results)
+    message = grading.format_failures("seq2seq.context_vector", results)
+    assert message is not None and "calls course_lib's implementation" in message
+
+
+def test_the_decoding_slips_never_use_a_reference() -> None:
+    """The slips run in the trusted judge; they must not lean on the graded references either."""
+    forbidden = grading.forbidden_code_objects("seq2seq")
+    for exercise_id in ("seq2seq.greedy_decode", "seq2seq.beam_search"):
+        ex = ex1.EXERCISES[exercise_id]
+        for slip in ex.slips:
+            for case in ex.cases():
+                _, hit = grading.run_guarded(lambda: ex.run(slip.fn, case.inputs()), forbidden)
+                assert hit is None, f"{slip.message!r} calls {hit}"
+
+
+def test_beam_diagnosis_names_an_inconsistent_score() -> None:
+    """Not one wrong implementation, so a diagnosis: the score must match the tokens returned."""
+    ex = ex1.EXERCISES["seq2seq.beam_search"]
+    case = ex.cases()[1]
+    got = grading.to_plain(ex.run(decoding.beam_search, case.inputs()))
+    got[1] = 0.0 * got[1]
+    message = grading.judge(ex, case, got, None, None)
+    assert message is not None and "not the total log-probability" in message

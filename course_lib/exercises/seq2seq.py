@@ -1,24 +1,28 @@
 """Graded exercises of chapter 1, "Sequence to sequence, and why attention".
 
-Seven exercises, each solvable with torch alone:
+In notebook order (points live in the notebook's test cells only):
 
-=========================  ======  ==================================================
-exercise                   points  reference
-=========================  ======  ==================================================
-``sequence_loss``          2       :func:`course_lib.seq2seq.sequence_loss`
-``greedy_decode``          2       :func:`course_lib.decoding.greedy_decode`
-``beam_search``            3       :func:`course_lib.decoding.beam_search`
-``masked_softmax``         2       :func:`course_lib.attention.masked_softmax`
-``additive_score``         2       :func:`course_lib.alignment.additive_score`
-``context_vector``         2       :func:`course_lib.alignment.context_vector`
-``attention_decoder_step`` 3       :func:`course_lib.seq2seq.attention_decoder_step`
-=========================  ======  ==================================================
+===========================  ===========================================================
+exercise                     reference
+===========================  ===========================================================
+``state_collision``          a question: what a decoder without attention can do with two
+                             sources that reach the same state
+``greedy_decode``            :func:`course_lib.decoding.greedy_decode`
+``beam_search``              :func:`course_lib.decoding.beam_search`
+``beam_vs_greedy``           a question: can two beams lose to greedy search?
+``masked_softmax``           :func:`course_lib.attention.masked_softmax`
+``additive_score``           :func:`course_lib.alignment.additive_score`
+``context_vector``           :func:`course_lib.alignment.context_vector`
+``attention_decoder_step``   :func:`course_lib.seq2seq.attention_decoder_step`
+``uniform_attention``        a prediction: the trained model with its attention made uniform
+===========================  ===========================================================
 
 Calling course_lib's implementation of *any* of them fails the exercise (the grading guard).
-Cases are built on the CPU from seeded ``torch.Generator``s; their names say what they cover,
-never the values. The step functions handed to the decoding exercises are tiny Markov scorers
+Cases are built on the CPU from seeded generators; their names say what they cover, never the
+values. The step functions handed to the decoding exercises are tiny Markov scorers
 (:func:`course_lib.decoding.markov_step`), not course_lib models, so a correct solution never
-touches a forbidden function.
+touches a forbidden function. Slips are torch-only wrong implementations; a question's slips
+explain why a wrong letter is wrong without naming the right one.
 """
 
 from __future__ import annotations
@@ -27,74 +31,33 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from course_lib import alignment, attention, decoding, seq2seq
-from course_lib.grading import Case, Exercise
-
-f32, f64 = torch.float32, torch.float64
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
+from course_lib.grading import Case, Exercise, Slip, answer_case, choice
 
 
-def _randn(seed: int, *shape: int, dtype: torch.dtype = f32) -> torch.Tensor:
-    return torch.randn(*shape, generator=_gen(seed), dtype=dtype)
+# 1. state_collision (a question) -------------------------------------------------------------
+def state_collision() -> str:
+    """Two sources with different targets reach the same final state: the decoder cannot tell."""
+    return "b"
 
 
-def _key_mask(lengths: list[int], width: int) -> torch.Tensor:
-    """``(B, width)`` bool, True at the first ``lengths[b]`` positions."""
-    return torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+_STATE_COLLISION_SLIPS = (
+    Slip("(a) beam search only searches the decoder's own distribution, and that distribution is "
+         "a function of c alone: what differs between the two sources?", lambda: "a"),
+    Slip("(c) a larger decoder is still a function of what it reads; list what the decoder "
+         "of section 3 reads at each step", lambda: "c"),
+    Slip("(d) the decoder is never told the source length: it too would have to be carried "
+         "by c", lambda: "d"),
+)
 
 
-# --------------------------------------------------------------------------------------------
-# 1. sequence_loss: teacher-forced cross-entropy ignoring padding
-# --------------------------------------------------------------------------------------------
-
-
-def _loss_cases() -> list[Case]:
-    def make(seed: int, B: int, T: int, V: int, lengths: list[int], dtype: torch.dtype,
-             pad_id: int = 0, scale: float = 2.0) -> dict[str, Any]:
-        targets = torch.randint(pad_id + 1, V, (B, T), generator=_gen(seed))
-        targets = targets.masked_fill(~_key_mask(lengths, T), pad_id)
-        return {"logits": scale * _randn(seed + 1, B, T, V, dtype=dtype), "targets": targets,
-                "pad_id": pad_id}
-
-    return [
-        Case("float32, padded targets", lambda: make(1, 3, 5, 7, [5, 2, 4], f32)),
-        Case("float64, batch size 1, no padding", lambda: make(2, 1, 6, 4, [6], f64)),
-        Case("float32, one position per row is real", lambda: make(3, 4, 3, 9, [1, 1, 1, 1], f32)),
-        Case("float64, pad id 1, large vocabulary",
-             lambda: make(4, 2, 7, 50, [3, 7], f64, pad_id=1)),
-        Case("float32, confident logits", lambda: make(5, 2, 4, 6, [4, 3], f32, scale=30.0)),
-    ]
-
-
-def _loss_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-    if not isinstance(got, (float, np.ndarray)) or np.size(got) != 1:
-        return None
-    logits, targets, pad = inputs["logits"], inputs["targets"], inputs["pad_id"]
-    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           reduction="none")
-    real = targets.reshape(-1) != pad
-    g = float(np.asarray(got))
-    if np.isclose(g, float(flat.mean()), rtol=1e-4) and not bool(real.all()):
-        return "your loss averages over the padded positions too; count only targets != pad_id"
-    if np.isclose(g, float(flat[real].sum()), rtol=1e-4):
-        return "your loss is the sum over tokens; the exercise asks for the mean over real tokens"
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# 2-3. greedy_decode and beam_search, over small Markov scorers
-# --------------------------------------------------------------------------------------------
-
-
+# 2. greedy_decode ----------------------------------------------------------------------------
 def _scorer(seed: int, positions: int, vocab: int, dtype: torch.dtype, eos_bias: float = 0.0
             ) -> decoding.StepFn:
-    logits = 2.0 * _randn(seed, positions, vocab, vocab, dtype=dtype)
+    logits = randn(seed, positions, vocab, vocab, dtype=dtype, scale=2.0)
     logits[..., 0] += eos_bias  # token 0 is <eos>: make it likelier (or rarer)
     return decoding.markov_step(logits)
 
@@ -102,7 +65,7 @@ def _scorer(seed: int, positions: int, vocab: int, dtype: torch.dtype, eos_bias:
 def _greedy_cases() -> list[Case]:
     def make(seed: int, B: int, t0: int, vocab: int, max_new: int, dtype: torch.dtype,
              eos_bias: float = 0.0) -> dict[str, Any]:
-        prompt = torch.randint(1, vocab, (B, t0), generator=_gen(seed + 100))
+        prompt = torch.randint(1, vocab, (B, t0), generator=gen(seed + 100))
         return {"step": _scorer(seed, 6, vocab, dtype, eos_bias), "prompt": prompt,
                 "max_new_tokens": max_new, "eos_id": 0}
 
@@ -118,33 +81,61 @@ def _greedy_cases() -> list[Case]:
     ]
 
 
-def _greedy_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-    if not isinstance(got, np.ndarray) or got.ndim != 2 or got.shape[0] != expected.shape[0]:
-        return None
-    t0 = inputs["prompt"].shape[1]
-    if got.shape[1] >= t0 and not np.array_equal(got[:, :t0], expected[:, :t0]):
-        return "the output must start with the prompt, unchanged"
-    if got.shape[1] > expected.shape[1]:
-        return ("you keep decoding after every row has produced <eos> (or beyond max_new_tokens); "
-                "stop as soon as all rows are finished")
-    if got.shape[1] < expected.shape[1]:
-        return "you stop too early: go on until every row has produced <eos> or max_new_tokens"
-    width = min(got.shape[1], expected.shape[1])
-    eos = inputs["eos_id"]
-    for b in range(expected.shape[0]):
-        row_e, row_g = expected[b, t0:width], got[b, t0:width]
-        if eos in row_e:
-            end = int(np.argmax(row_e == eos))
-            same_until_eos = np.array_equal(row_g[:end + 1], row_e[:end + 1])
-            if same_until_eos and not np.array_equal(row_g, row_e):
-                return f"row {b} is right up to its <eos>; after it, write eos_id in every position"
-    return None
+def _greedy_never_stops(step, prompt, max_new_tokens, eos_id):
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        tokens = torch.cat([tokens, step(tokens).argmax(-1, keepdim=True)], dim=1)
+    return tokens
 
 
+def _greedy_no_padding(step, prompt, max_new_tokens, eos_id):
+    tokens, finished = prompt, torch.zeros(prompt.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        next_token = step(tokens).argmax(-1)
+        finished = finished | (next_token == eos_id)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        if finished.all():
+            break
+    return tokens
+
+
+def _greedy_stops_at_first_eos(step, prompt, max_new_tokens, eos_id):
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        next_token = step(tokens).argmax(-1)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        if (next_token == eos_id).any():
+            break
+    return tokens
+
+
+def _greedy_without_prompt(step, prompt, max_new_tokens, eos_id):
+    tokens, finished = prompt, torch.zeros(prompt.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        next_token = step(tokens).argmax(-1).masked_fill(finished, eos_id)
+        finished = finished | (next_token == eos_id)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        if finished.all():
+            break
+    return tokens[:, prompt.shape[1]:]
+
+
+_GREEDY_SLIPS = (
+    Slip("return the prompt followed by the new tokens: (B, t0 + n)", _greedy_without_prompt),
+    Slip("after a row has produced <eos>, every later position of that row holds eos_id; it "
+         "does not go on choosing tokens", _greedy_no_padding),
+    Slip("you stop when the first row finishes; go on until every row has produced <eos> (or "
+         "max_new_tokens is reached)", _greedy_stops_at_first_eos),
+    Slip("you keep decoding after every row has produced <eos>; stop as soon as all rows are "
+         "finished, and pad finished rows with eos_id", _greedy_never_stops),
+)
+
+
+# 3. beam_search ------------------------------------------------------------------------------
 def _beam_cases() -> list[Case]:
     def make(seed: int, t0: int, vocab: int, k: int, max_new: int, dtype: torch.dtype,
              eos_bias: float = 0.0) -> dict[str, Any]:
-        prompt = torch.randint(1, vocab, (1, t0), generator=_gen(seed + 100))
+        prompt = torch.randint(1, vocab, (1, t0), generator=gen(seed + 100))
         return {"step": _scorer(seed, 6, vocab, dtype, eos_bias), "prompt": prompt,
                 "beam_width": k, "max_new_tokens": max_new, "eos_id": 0}
 
@@ -161,6 +152,61 @@ def _beam_cases() -> list[Case]:
     ]
 
 
+def _beam(step, prompt, beam_width, max_new_tokens, eos_id, *, extend_finished=False):
+    """A plain beam search for the slips: ``(tokens list, raw score, dtype, new-token count)``."""
+    beams = [(prompt[0].tolist(), 0.0, False)]  # (tokens, score, finished)
+    dtype = torch.float32
+    for _ in range(max_new_tokens):
+        if all(done for _, _, done in beams):
+            break
+        candidates = []
+        for tokens, score, done in beams:
+            if done and not extend_finished:
+                candidates.append((tokens, score, True))
+                continue
+            log_probs = torch.log_softmax(step(torch.tensor([tokens])), dim=-1)[0]
+            dtype = log_probs.dtype
+            for v, lp in enumerate(log_probs.tolist()):
+                candidates.append((tokens + [v], score + lp, v == eos_id and not extend_finished))
+        candidates.sort(key=lambda c: -c[1])
+        beams = candidates[:beam_width]
+    tokens, score, _ = max(beams, key=lambda c: c[1])
+    return tokens, score, dtype, len(tokens) - prompt.shape[1]
+
+
+def _beam_normalised_score(step, prompt, beam_width, max_new_tokens, eos_id):
+    tokens, score, dtype, n = _beam(step, prompt, beam_width, max_new_tokens, eos_id)
+    return torch.tensor(tokens), torch.tensor(score / max(n, 1), dtype=dtype)
+
+
+def _beam_probability(step, prompt, beam_width, max_new_tokens, eos_id):
+    tokens, score, dtype, _ = _beam(step, prompt, beam_width, max_new_tokens, eos_id)
+    return torch.tensor(tokens), torch.tensor(score, dtype=dtype).exp()
+
+
+def _beam_extends_finished(step, prompt, beam_width, max_new_tokens, eos_id):
+    tokens, score, dtype, _ = _beam(step, prompt, beam_width, max_new_tokens, eos_id,
+                                    extend_finished=True)
+    return torch.tensor(tokens), torch.tensor(score, dtype=dtype)
+
+
+def _beam_is_greedy(step, prompt, beam_width, max_new_tokens, eos_id):
+    tokens, score, dtype, _ = _beam(step, prompt, 1, max_new_tokens, eos_id)
+    return torch.tensor(tokens), torch.tensor(score, dtype=dtype)
+
+
+_BEAM_SLIPS = (
+    Slip("the tokens are right; the score is their total log-probability (a sum, not divided by "
+         "the length)", _beam_normalised_score),
+    Slip("the tokens are right; the score is the log-probability (the sum of log_softmax "
+         "values), not the probability", _beam_probability),
+    Slip("a finished hypothesis (ending in eos_id) stays in the beam as it is: it competes with "
+         "its score, and is not extended", _beam_extends_finished),
+    Slip("you returned the greedy sequence; keep beam_width hypotheses at each step, ranked by "
+         "their total log-probability", _beam_is_greedy),
+)
+
+
 def _sequence_log_prob(step: decoding.StepFn, tokens: np.ndarray, t0: int) -> float:
     total = 0.0
     for t in range(t0, len(tokens)):
@@ -173,62 +219,98 @@ def _beam_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | 
     if not (isinstance(got, list) and len(got) == 2 and isinstance(got[0], np.ndarray)):
         return "return a pair (tokens, score): tokens a 1-D long tensor, score a 0-d tensor"
     tokens, score = got
-    exp_tokens, exp_score = expected
     if tokens.ndim != 1:
         return f"tokens must be 1-D (t0 + n,), got shape {tokens.shape}"
-    t0 = inputs["prompt"].shape[1]
-    if np.array_equal(tokens, exp_tokens):
-        return ("the tokens are right; the score must be their total log-probability "
-                "(not normalised)")
-    greedy = decoding.greedy_decode(inputs["step"], inputs["prompt"], inputs["max_new_tokens"],
-                                    inputs["eos_id"])[0].numpy()
-    if np.array_equal(tokens, greedy):
-        return ("you returned the greedy sequence; keep beam_width hypotheses at each step and "
-                "let finished ones compete with the unfinished")
     try:
-        own = _sequence_log_prob(inputs["step"], tokens, t0)
-    except (IndexError, RuntimeError):
+        own = _sequence_log_prob(inputs["step"], tokens, inputs["prompt"].shape[1])
+    except (IndexError, RuntimeError, ValueError):
         return None
     if np.size(score) == 1 and not np.isclose(float(np.asarray(score)), own, rtol=1e-4, atol=1e-6):
         return "your score is not the total log-probability of the tokens you return"
-    if own < float(np.asarray(exp_score)):
-        return "you returned a sequence less probable than the best one in the final beam"
+    if own < float(np.asarray(expected[1])):
+        return "you returned a sequence less probable than the best one of the final beam"
     return None
 
 
-# --------------------------------------------------------------------------------------------
-# 4. masked_softmax
-# --------------------------------------------------------------------------------------------
+# 4. beam_vs_greedy (a question) --------------------------------------------------------------
+def beam_vs_greedy() -> str:
+    """Two beams usually, not always, find a sequence at least as probable as greedy's."""
+    return "b"
 
 
+_BEAM_VS_GREEDY_SLIPS = (
+    Slip("(a) greedy's sequence is a candidate only while its prefix is in the beam; can it "
+         "drop out at a step where other prefixes score higher?", lambda: "a"),
+    Slip("(c) two beams keep two prefixes out of the V^t possible ones: the most probable "
+         "sequence can start with the token ranked third", lambda: "c"),
+    Slip("(d) a model that puts almost all its probability on one output leaves both searches "
+         "the same choice at every step", lambda: "d"),
+)
+
+
+# 5. masked_softmax ---------------------------------------------------------------------------
 def _softmax_cases() -> list[Case]:
     def padded() -> dict[str, Any]:
-        return {"scores": _randn(1, 2, 3, 5), "mask": _key_mask([5, 2], 5)[:, None, :]}
+        return {"scores": randn(1, 2, 3, 5), "mask": lengths_mask([5, 2], 5)[:, None, :]}
 
     def batch_one() -> dict[str, Any]:
-        return {"scores": _randn(2, 1, 1, 4, dtype=f64),
+        return {"scores": randn(2, 1, 1, 4, dtype=f64),
                 "mask": torch.tensor([[[True, True, False, True]]])}
 
     def fully_masked() -> dict[str, Any]:
-        mask = torch.rand(3, 4, 6, generator=_gen(3)) < 0.6
+        mask = torch.rand(3, 4, 6, generator=gen(3)) < 0.6
         mask[:, :, 1] = True
         mask[1, 2] = False  # query 2 of sequence 1 may attend to nothing
-        return {"scores": _randn(4, 3, 4, 6, dtype=f64), "mask": mask}
+        return {"scores": randn(4, 3, 4, 6, dtype=f64), "mask": mask}
 
     def all_true() -> dict[str, Any]:
-        return {"scores": _randn(5, 2, 6), "mask": torch.ones(2, 6, dtype=torch.bool)}
+        return {"scores": randn(5, 2, 6), "mask": torch.ones(2, 6, dtype=torch.bool)}
+
+    def causal() -> dict[str, Any]:
+        return {"scores": randn(7, 2, 5, 5, dtype=f64), "mask": lower_triangle(5)}
 
     def large() -> dict[str, Any]:
-        return {"scores": 200.0 * _randn(6, 2, 3, 4), "mask": _key_mask([4, 3], 4)[:, None, :]}
+        return {"scores": randn(6, 2, 3, 4, scale=200.0), "mask": lengths_mask([4, 3], 4)[:, None, :]}
 
     return [Case("float32, padded keys", padded), Case("float64, batch size 1", batch_one),
             Case("float64, a fully masked row", fully_masked),
             Case("2-D scores, nothing masked", all_true),
+            Case("float64, a causal mask", causal),
             Case("large scores (overflow if exponentiated as they are)", large)]
+
+
+def _softmax_nan_rows(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def _softmax_ignores_mask(scores, mask):
+    return torch.softmax(scores, dim=-1)
+
+
+def _softmax_masks_after(scores, mask):
+    return torch.softmax(scores, dim=-1) * mask
+
+
+def _softmax_naive_exp(scores, mask):
+    e = scores.exp() * mask
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+_SOFTMAX_SLIPS = (
+    Slip("a row whose every key is masked came out NaN (0/0); such a row must be all zeros",
+         _softmax_nan_rows),
+    Slip("masked keys got weight: fill their scores with -inf before the softmax",
+         _softmax_ignores_mask),
+    Slip("you zeroed the masked weights after the softmax, so the real keys' weights no longer "
+         "sum to one: mask the scores before it", _softmax_masks_after),
+    Slip("exponentiating large scores overflows (inf / inf = NaN): subtract each row's maximum "
+         "first, or use torch.softmax", _softmax_naive_exp),
+)
 
 
 def _weights_diagnose(weights: np.ndarray, mask: torch.Tensor, expected: np.ndarray,
                       what: str = "weights") -> str | None:
+    """Which row is not a distribution over its real keys (NaN, a leaked key, a wrong sum)."""
     if weights.shape != expected.shape:
         return None
     m = np.broadcast_to(mask.numpy(), weights.shape)
@@ -238,11 +320,7 @@ def _weights_diagnose(weights: np.ndarray, mask: torch.Tensor, expected: np.ndar
         index = np.unravel_index(r, weights.shape[:-1])
         where = "row " + ", ".join(str(int(i)) for i in index)
         if np.isnan(row).any():
-            if not mrow.any():
-                return (f"{what}: {where} has every key masked and came out NaN; such a row must "
-                        "be all zeros")
-            return (f"{what}: {where} has NaN (exponentiating large scores overflows: subtract "
-                    "the row max)")
+            return f"{what}: {where} has NaN"
         leaked = np.flatnonzero(~mrow & (np.abs(row) > 1e-6))
         if leaked.size:
             j = int(leaked[0])
@@ -260,67 +338,71 @@ def _softmax_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str
     return _weights_diagnose(got, inputs["mask"], expected)
 
 
-# --------------------------------------------------------------------------------------------
-# 5. additive_score
-# --------------------------------------------------------------------------------------------
-
-
+# 6. additive_score ---------------------------------------------------------------------------
 def _additive_cases() -> list[Case]:
     def make(seed: int, B: int, T_q: int, T_k: int, d_q: int, d_k: int, d_a: int,
              dtype: torch.dtype) -> dict[str, Any]:
-        return {"query": _randn(seed, B, T_q, d_q, dtype=dtype),
-                "keys": _randn(seed + 1, B, T_k, d_k, dtype=dtype),
-                "W_q": _randn(seed + 2, d_a, d_q, dtype=dtype) / d_q ** 0.5,
-                "W_k": _randn(seed + 3, d_a, d_k, dtype=dtype) / d_k ** 0.5,
-                "v": _randn(seed + 4, d_a, dtype=dtype)}
+        return {"query": randn(seed, B, T_q, d_q, dtype=dtype),
+                "keys": randn(seed + 1, B, T_k, d_k, dtype=dtype),
+                "W_q": randn(seed + 2, d_a, d_q, dtype=dtype, scale=d_q ** -0.5),
+                "W_k": randn(seed + 3, d_a, d_k, dtype=dtype, scale=d_k ** -0.5),
+                "v": randn(seed + 4, d_a, dtype=dtype)}
 
     return [
         Case("float32, d_q != d_k != d_a", lambda: make(1, 2, 3, 5, 4, 6, 7, f32)),
         Case("float64, batch size 1, one query", lambda: make(2, 1, 1, 4, 3, 3, 5, f64)),
         Case("float32, more queries than keys", lambda: make(3, 3, 6, 2, 5, 2, 4, f32)),
-        Case("float64, square", lambda: make(4, 2, 4, 4, 8, 8, 8, f64)),
+        Case("float64, square weights", lambda: make(4, 2, 4, 4, 8, 8, 8, f64)),
     ]
 
 
-def _additive_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-    if not isinstance(got, np.ndarray):
-        return None
-    if got.shape == expected.shape[:1] + expected.shape[2:] + expected.shape[1:2] and \
-            np.allclose(np.swapaxes(got, 1, 2), expected, rtol=1e-4, atol=1e-5):
-        return "your scores are transposed: the result is (B, T_q, T_k), one row per query"
-    q, k = inputs["query"], inputs["keys"]
-    q_proj, k_proj = q @ inputs["W_q"].T, k @ inputs["W_k"].T  # (B, T_q, d_a), (B, T_k, d_a)
-    swapped = torch.tanh(q_proj[:, :, None] - k_proj[:, None]) @ inputs["v"]
-    if got.shape == expected.shape and np.allclose(got, swapped.numpy(), rtol=1e-4, atol=1e-5):
-        return "the score adds the two projections: tanh(W_q q + W_k k), not a difference"
-    return None
+def _additive_transposed(query, keys, W_q, W_k, v):
+    q, k = query @ W_q.T, keys @ W_k.T
+    return (torch.tanh(q[:, :, None, :] + k[:, None, :, :]) @ v).transpose(1, 2)
 
 
-# --------------------------------------------------------------------------------------------
-# 6. context_vector
-# --------------------------------------------------------------------------------------------
+def _additive_difference(query, keys, W_q, W_k, v):
+    q, k = query @ W_q.T, keys @ W_k.T
+    return torch.tanh(q[:, :, None, :] - k[:, None, :, :]) @ v
 
 
+def _additive_weights_untransposed(query, keys, W_q, W_k, v):
+    q, k = query @ W_q, keys @ W_k  # runs only where the weights are square
+    return torch.tanh(q[:, :, None, :] + k[:, None, :, :]) @ v
+
+
+def _additive_no_tanh(query, keys, W_q, W_k, v):
+    q, k = query @ W_q.T, keys @ W_k.T
+    return (q[:, :, None, :] + k[:, None, :, :]) @ v
+
+
+_ADDITIVE_SLIPS = (
+    Slip("your scores are transposed: the result is (B, T_q, T_k), one row per query",
+         _additive_transposed),
+    Slip("the score adds the two projections, tanh(W_q q + W_k k); not a difference",
+         _additive_difference),
+    Slip("apply the weights as nn.Linear does: W_q q is query @ W_q.T (W_q is (d_a, d_q))",
+         _additive_weights_untransposed),
+    Slip("apply tanh to W_q q + W_k k before the dot product with v", _additive_no_tanh),
+)
+
+
+# 7. context_vector ---------------------------------------------------------------------------
 def _context_cases() -> list[Case]:
     def make(seed: int, B: int, T_q: int, T_k: int, d_v: int, dtype: torch.dtype,
              lengths: list[int] | None) -> dict[str, Any]:
-        inputs = {"scores": 3.0 * _randn(seed, B, T_q, T_k, dtype=dtype),
-                  "values": _randn(seed + 1, B, T_k, d_v, dtype=dtype)}
-        inputs["mask"] = None if lengths is None else _key_mask(lengths, T_k)[:, None, :]
-        return inputs
+        return {"scores": randn(seed, B, T_q, T_k, dtype=dtype, scale=3.0),
+                "values": randn(seed + 1, B, T_k, d_v, dtype=dtype),
+                "mask": None if lengths is None else lengths_mask(lengths, T_k)[:, None, :]}
 
     def causal() -> dict[str, Any]:
-        inputs = make(5, 2, 4, 4, 3, f64, None)
-        inputs["mask"] = torch.ones(4, 4, dtype=torch.bool).tril()[None]
-        return inputs
+        return {**make(5, 2, 4, 4, 3, f64, None), "mask": lower_triangle(4)[None]}
 
     def with_empty_row() -> dict[str, Any]:
-        inputs = make(6, 2, 3, 5, 2, f32, None)
         mask = torch.ones(2, 3, 5, dtype=torch.bool)
         mask[1, 0] = False  # a query with no key
         mask[0, :, 3:] = False
-        inputs["mask"] = mask
-        return inputs
+        return {**make(6, 2, 3, 5, 2, f32, None), "mask": mask}
 
     return [
         Case("float32, padded keys", lambda: make(1, 3, 2, 6, 4, f32, [6, 3, 1])),
@@ -329,6 +411,45 @@ def _context_cases() -> list[Case]:
         Case("float64, a mask per query", causal),
         Case("float32, a query with no key to attend to", with_empty_row),
     ]
+
+
+def _masked_weights(scores, mask, dim=-1):
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=dim).nan_to_num(0.0)
+
+
+def _context_from_scores(scores, values, mask=None):
+    return scores @ values, _masked_weights(scores, mask)
+
+
+def _context_ignores_mask(scores, values, mask=None):
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ values, weights
+
+
+def _context_nan_rows(scores, values, mask=None):
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ values, weights
+
+
+def _context_softmax_over_queries(scores, values, mask=None):
+    weights = _masked_weights(scores, mask, dim=1)
+    return weights @ values, weights
+
+
+_CONTEXT_SLIPS = (
+    Slip("the weights are right; the context is their weighted sum of the values, "
+         "weights @ values (not scores @ values)", _context_from_scores),
+    Slip("masked keys got weight: fill their scores with -inf where mask is False, before the "
+         "softmax", _context_ignores_mask),
+    Slip("a query with no key came out NaN; its weights and its context must be zeros",
+         _context_nan_rows),
+    Slip("the softmax runs over the keys (the last dimension): each query's weights sum to one",
+         _context_softmax_over_queries),
+)
 
 
 def _context_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
@@ -340,24 +461,13 @@ def _context_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str
     mask = inputs["mask"]
     if mask is None:
         mask = torch.ones(inputs["scores"].shape, dtype=torch.bool)
-    message = _weights_diagnose(weights, mask, expected[1])
-    if message:
-        return message
-    right_weights = weights.shape == expected[1].shape and np.allclose(
-        weights, expected[1], rtol=1e-4, atol=1e-5)
-    if right_weights:
-        return "the weights are right; the context must be their weighted sum of the values"
-    return None
+    return _weights_diagnose(weights, mask, expected[1])
 
 
-# --------------------------------------------------------------------------------------------
-# 7. attention_decoder_step
-# --------------------------------------------------------------------------------------------
-
-
+# 8. attention_decoder_step -------------------------------------------------------------------
 def _fill_(module: nn.Module, seed: int, scale: float = 0.3) -> nn.Module:
     """Overwrite every parameter from a seeded generator (independent of torch's global RNG)."""
-    g = _gen(seed)
+    g = gen(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
@@ -367,67 +477,111 @@ def _fill_(module: nn.Module, seed: int, scale: float = 0.3) -> nn.Module:
 def _decoder_step_cases() -> list[Case]:
     def make(seed: int, B: int, S: int, V: int, E: int, H: int, H_enc: int, d_a: int,
              dtype: torch.dtype, lengths: list[int]) -> dict[str, Any]:
-        embedding = _fill_(nn.Embedding(V, E).to(dtype), seed)
-        gru_cell = _fill_(nn.GRUCell(E + H_enc, H).to(dtype), seed + 1)
-        out = _fill_(nn.Linear(H + H_enc + E, V).to(dtype), seed + 2)
-        memory = _randn(seed + 3, B, S, H_enc, dtype=dtype)
-        W_k = _randn(seed + 4, d_a, H_enc, dtype=dtype) / H_enc ** 0.5
-        return {"y_prev": torch.randint(0, V, (B,), generator=_gen(seed + 5)),
-                "state": torch.tanh(_randn(seed + 6, B, H, dtype=dtype)),
+        memory = randn(seed + 3, B, S, H_enc, dtype=dtype)
+        W_k = randn(seed + 4, d_a, H_enc, dtype=dtype, scale=H_enc ** -0.5)
+        return {"y_prev": torch.randint(0, V, (B,), generator=gen(seed + 5)),
+                "state": torch.tanh(randn(seed + 6, B, H, dtype=dtype)),
                 "memory": memory, "keys": memory @ W_k.T,
-                "memory_mask": _key_mask(lengths, S),
-                "embedding": embedding, "gru_cell": gru_cell,
-                "W_q": _randn(seed + 7, d_a, H, dtype=dtype) / H ** 0.5,
-                "v": _randn(seed + 8, d_a, dtype=dtype), "out": out}
+                "memory_mask": lengths_mask(lengths, S),
+                "embedding": _fill_(nn.Embedding(V, E).to(dtype), seed),
+                "gru_cell": _fill_(nn.GRUCell(E + H_enc, H).to(dtype), seed + 1),
+                "W_q": randn(seed + 7, d_a, H, dtype=dtype, scale=H ** -0.5),
+                "v": randn(seed + 8, d_a, dtype=dtype),
+                "out": _fill_(nn.Linear(H + H_enc + E, V).to(dtype), seed + 2)}
 
     return [
         Case("float32, padded sources", lambda: make(1, 3, 6, 9, 4, 5, 6, 7, f32, [6, 2, 4])),
         Case("float64, batch size 1", lambda: make(2, 1, 4, 5, 3, 4, 4, 3, f64, [4])),
         Case("float32, H != H_enc, one source token",
              lambda: make(3, 2, 5, 7, 2, 3, 8, 4, f32, [1, 5])),
-        Case("float64, no padding", lambda: make(4, 2, 3, 6, 5, 6, 2, 5, f64, [3, 3])),
+        Case("float64, no padding, square W_q", lambda: make(4, 2, 3, 6, 5, 6, 2, 6, f64, [3, 3])),
     ]
 
 
+def _step(y_prev, state, memory, keys, memory_mask, embedding, gru_cell, W_q, v, out, *,
+          query="previous", w_q_applied="transposed", masked=True, cell_order="emb-ctx",
+          out_order="state-ctx-emb", out_state="new"):
+    """One decoder step with one thing done differently (the slips below)."""
+    if query == "new":  # a Luong-style order: step the cell first (on the mean context)
+        pre = gru_cell(torch.cat([embedding(y_prev), memory.mean(1)], dim=-1), state)
+    else:
+        pre = state
+    q = pre @ W_q.T if w_q_applied == "transposed" else pre @ W_q
+    scores = torch.tanh(q[:, None, :] + keys) @ v  # (B, S)
+    if masked:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    context = torch.einsum("bs,bsh->bh", weights, memory)
+    emb = embedding(y_prev)
+    parts = {"emb": emb, "ctx": context}
+    new_state = gru_cell(torch.cat([parts[p] for p in cell_order.split("-")], dim=-1), state)
+    parts = {"state": new_state if out_state == "new" else state, "ctx": context, "emb": emb}
+    logits = out(torch.cat([parts[p] for p in out_order.split("-")], dim=-1))
+    return logits, new_state, weights
+
+
+_DECODER_STEP_SLIPS = (
+    Slip("padded source positions got weight: mask the scores with memory_mask before the "
+         "softmax", lambda **kw: _step(**kw, masked=False)),
+    Slip("apply W_q as nn.Linear does: W_q s is state @ W_q.T (W_q is (d_a, H))",
+         lambda **kw: _step(**kw, w_q_applied="plain")),
+    Slip("the attention weights are wrong: Bahdanau's query is the previous state s_{t-1}, "
+         "before the cell runs", lambda **kw: _step(**kw, query="new")),
+    Slip("the weights are right but the new state is not: feed [embedding(y_prev); context], "
+         "in that order, to gru_cell with the previous state",
+         lambda **kw: _step(**kw, cell_order="ctx-emb")),
+    Slip("weights and state are right; the logits are out([new_state; context; embedding]), in "
+         "that order", lambda **kw: _step(**kw, out_order="state-emb-ctx")),
+    Slip("weights and state are right; the logits read the new state s_t, not s_{t-1}",
+         lambda **kw: _step(**kw, out_state="previous")),
+)
+
+
 def _decoder_step_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-    if not (isinstance(got, list) and len(got) == 3):
-        return "return a triple (logits, new_state, weights)"
-    names = ("logits", "new_state", "weights")
-    if all(isinstance(g, np.ndarray) for g in got):
-        weight_message = _weights_diagnose(got[2], inputs["memory_mask"], expected[2])
-        if weight_message:
-            return weight_message
-        ok = [g.shape == e.shape and np.allclose(g, e, rtol=1e-4, atol=1e-5)
-              for g, e in zip(got, expected)]
-        if not ok[2]:
-            return ("the attention weights are wrong: score every key with the previous state "
-                    "s_{t-1} as the query, v^T tanh(W_q s + keys)")
-        if not ok[1]:
-            return ("the weights are right but the new state is not: feed [embedding(y_prev); "
-                    "context] (in that order) to gru_cell with the previous state")
-        if not ok[0]:
-            return ("weights and state are right; the logits are "
-                    "out([new_state; context; embedding])")
-        return None
-    return f"expected tensors for {', '.join(names)}"
+    if not (isinstance(got, list) and len(got) == 3
+            and all(isinstance(g, np.ndarray) for g in got)):
+        return "return a triple of tensors (logits, new_state, weights)"
+    return _weights_diagnose(got[2], inputs["memory_mask"], expected[2])
+
+
+# 9. uniform_attention (a prediction) ---------------------------------------------------------
+def uniform_attention() -> str:
+    """With v = 0 every step reads the same mean context: exact match collapses."""
+    return "c"
+
+
+_UNIFORM_ATTENTION_SLIPS = (
+    Slip("(a) the decoder's initial state was trained together with attention: was it ever "
+         "needed to carry every digit?", lambda: "a"),
+    Slip("(b) the model without attention was trained to decode from a fixed vector; this one "
+         "was not, and its fixed vector is not the one it learned to read", lambda: "b"),
+    Slip("(d) the learned score is what says which source character to read at each output "
+         "step; what tells the decoder that once every score is 0?", lambda: "d"),
+)
 
 
 # --------------------------------------------------------------------------------------------
-# The registry
+# The registry, in notebook order
 # --------------------------------------------------------------------------------------------
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    Exercise(id="seq2seq.sequence_loss", reference=seq2seq.sequence_loss,
-             cases=_loss_cases, diagnose=_loss_diagnose),
+    Exercise(id="seq2seq.state_collision", reference=state_collision, cases=answer_case,
+             call=choice, slips=_STATE_COLLISION_SLIPS),
     Exercise(id="seq2seq.greedy_decode", reference=decoding.greedy_decode,
-             cases=_greedy_cases, diagnose=_greedy_diagnose),
+             cases=_greedy_cases, slips=_GREEDY_SLIPS),
     Exercise(id="seq2seq.beam_search", reference=decoding.beam_search,
-             cases=_beam_cases, diagnose=_beam_diagnose),
+             cases=_beam_cases, slips=_BEAM_SLIPS, diagnose=_beam_diagnose),
+    Exercise(id="seq2seq.beam_vs_greedy", reference=beam_vs_greedy, cases=answer_case,
+             call=choice, slips=_BEAM_VS_GREEDY_SLIPS),
     Exercise(id="seq2seq.masked_softmax", reference=attention.masked_softmax,
-             cases=_softmax_cases, diagnose=_softmax_diagnose),
+             cases=_softmax_cases, slips=_SOFTMAX_SLIPS, diagnose=_softmax_diagnose),
     Exercise(id="seq2seq.additive_score", reference=alignment.additive_score,
-             cases=_additive_cases, diagnose=_additive_diagnose),
+             cases=_additive_cases, slips=_ADDITIVE_SLIPS),
     Exercise(id="seq2seq.context_vector", reference=alignment.context_vector,
-             cases=_context_cases, diagnose=_context_diagnose),
-    Exercise(id="seq2seq.attention_decoder_step", reference=seq2seq.attention_decoder_step, cases=_decoder_step_cases, diagnose=_decoder_step_diagnose),
+             cases=_context_cases, slips=_CONTEXT_SLIPS, diagnose=_context_diagnose),
+    Exercise(id="seq2seq.attention_decoder_step", reference=seq2seq.attention_decoder_step,
+             cases=_decoder_step_cases, slips=_DECODER_STEP_SLIPS,
+             diagnose=_decoder_step_diagnose),
+    Exercise(id="seq2seq.uniform_attention", reference=uniform_attention, cases=answer_case,
+             call=choice, slips=_UNIFORM_ATTENTION_SLIPS),
 ]}
