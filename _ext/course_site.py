@@ -278,6 +278,25 @@ def point_buttons_at_colab_copy(app: Sphinx, pagename: str, templatename: str,
                              f"{[k for k, v in found.items() if not v]} button to redirect")
 
 
+def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str,
+                           context: dict[str, Any], doctree: Any) -> None:
+    """Each script once per page.
+
+    With Jupyter Book 1.0.4, sphinx-thebe 0.3.1 and Sphinx 7.4, thebe's inline configuration
+    (``const THEBE_JS_URL = ...``) reaches every page twice (once with filename None, once with
+    ""), and the second copy is a SyntaxError in the reader's console. Keep the first of scripts
+    with the same file and attributes.
+    """
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        key = (str(getattr(script, "filename", script) or ""),
+               tuple(sorted((k, str(v)) for k, v in getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
 def serve_colab_copies(app: Sphinx, exception: Exception | None) -> None:
     """The download button serves ``_sources/<page>.ipynb``: make that file the Colab copy."""
     if exception is not None or app.builder.format != "html":
@@ -523,5 +542,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-updated", rewrite_tables_always)
     # After sphinx-book-theme's launch and download buttons (priority 501).
     app.connect("html-page-context", point_buttons_at_colab_copy, priority=502)
+    app.connect("html-page-context", drop_duplicate_scripts)
     app.connect("build-finished", serve_colab_copies)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,11 +1,11 @@
-"""Draw the course map: which chapter builds on which (``_static/course-map.svg``).
+"""Draw the course map: which chapter builds on which (``_figures/course-map.svg``).
 
 The graph comes from ``_data/chapters.yml`` (``needs``). Chapters are placed in columns by depth
 (a chapter sits one column right of the deepest chapter it needs); an arrow that skips columns
 arcs above the boxes it passes. The SVG is written by hand, deterministically, so that a test can
 check the committed file against the data (``--check``).
 
-    python scripts/course_map.py           # write _static/course-map.svg
+    python scripts/course_map.py           # write _figures/course-map.svg
     python scripts/course_map.py --check   # exit 1 if the committed file is stale
 """
 
@@ -21,7 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "_data" / "chapters.yml"
-OUT = ROOT / "_static" / "course-map.svg"
+OUT = ROOT / "_figures" / "course-map.svg"
 
 BOX_W, BOX_H = 170, 54
 GAP_X, GAP_Y = 60, 26

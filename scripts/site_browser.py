@@ -1,0 +1,292 @@
+"""Load every page of the built website in headless Chromium and report what a reader would hit.
+
+Driven over the Chrome DevTools Protocol (``--remote-debugging-port`` and ``websocket-client``,
+both already in the development environment; Debian's ``chromium``). The site is served from a
+local HTTP server on 127.0.0.1 (a free port), as a reader's browser would get it. For each page:
+console errors and uncaught exceptions, failed requests (network errors and HTTP status >= 400),
+MathJax typeset with no error node (``mjx-merror``), every ``<img>`` loaded with a non-zero size,
+the launch and download buttons, and a full-page screenshot.
+
+    python scripts/site_browser.py _build/html --screenshots _build/screenshots
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import websocket
+
+#: The flags every run uses (no sandbox: containers; nothing phones home).
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+WINDOW = (1280, 900)
+#: A screenshot stops at this height (px): Chromium's textures are limited.
+MAX_SHOT_HEIGHT = 16000
+
+# Evaluated in the page once it has loaded: waits for MathJax, then for every image (lazy ones
+# are made eager), and returns what the checks need.
+_INSPECT = """
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const images = Array.from(document.images);
+  for (const img of images) { img.loading = "eager"; }
+  await Promise.all(images.map(img => img.decode().catch(() => null)));
+  const links = Array.from(document.querySelectorAll("a[href]"));
+  return {
+    title: document.title,
+    mathjax: !!window.MathJax,
+    math_nodes: document.querySelectorAll("mjx-container").length,
+    math_errors: Array.from(document.querySelectorAll("mjx-merror"))
+        .map(e => (e.getAttribute("data-mjx-error") || e.textContent).slice(0, 200)),
+    unrendered_math: document.querySelectorAll(".math:not(:has(mjx-container))").length,
+    images: images.map(img => ({src: img.currentSrc || img.src, alt: img.alt,
+                                complete: img.complete, width: img.naturalWidth,
+                                height: img.naturalHeight})),
+    colab: links.filter(a => a.href.includes("colab.research.google.com")).map(a => a.href),
+    downloads: links.filter(a => a.href.endsWith(".ipynb")).map(a => a.href),
+  };
+})()
+"""
+
+
+class BrowserError(RuntimeError):
+    """Chromium did not start, or did not answer the DevTools protocol in time."""
+
+
+@dataclass
+class PageReport:
+    """What loading one page found."""
+
+    url: str
+    console_errors: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    screenshot: Path | None = None
+
+    @property
+    def broken_images(self) -> list[str]:
+        return [f"{img['src']} ({img['width']}x{img['height']}, complete={img['complete']})"
+                for img in self.info.get("images", [])
+                if not (img["complete"] and img["width"] > 0 and img["height"] > 0)]
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` on 127.0.0.1 (a free port) in a thread; yield its base URL; stop after."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+class Chromium:
+    """One headless Chromium with a fresh profile, driven over one page's DevTools websocket."""
+
+    def __init__(self, binary: str = "chromium", timeout: float = 60.0) -> None:
+        path = shutil.which(binary)
+        if path is None:
+            raise BrowserError(f"{binary} is not installed (`make sysdeps` installs chromium)")
+        self.timeout = timeout
+        self.profile = Path(tempfile.mkdtemp(prefix="site-browser-"))
+        self.process = subprocess.Popen(
+            [path, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
+             f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+        try:
+            self.ws = websocket.create_connection(self._page_socket(), timeout=timeout,
+                                                  suppress_origin=True)
+            for domain in ("Page", "Runtime", "Network", "Log"):
+                self.call(f"{domain}.enable")
+        except Exception:
+            self.close()
+            raise
+
+    def _page_socket(self) -> str:
+        port_file = self.profile / "DevToolsActivePort"
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrowserError(f"chromium exited with status {self.process.returncode}")
+            if port_file.is_file() and port_file.read_text().strip():
+                port = port_file.read_text().split()[0]
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list",
+                                            timeout=10) as answer:
+                    pages = [t for t in json.load(answer) if t.get("type") == "page"]
+                if pages:
+                    return pages[0]["webSocketDebuggerUrl"]
+            time.sleep(0.1)
+        raise BrowserError(f"chromium gave no DevTools page within {self.timeout:.0f} s")
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send one command; keep the events that arrive meanwhile; return its result."""
+        self._next_id += 1
+        self.ws.send(json.dumps({"id": self._next_id, "method": method, "params": params}))
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == self._next_id:
+                if "error" in message:
+                    raise BrowserError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            if "method" in message:
+                self.events.append(message)
+        raise BrowserError(f"{method}: no answer within {self.timeout:.0f} s")
+
+    def wait_for(self, event: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not any(e["method"] == event for e in self.events):
+            if time.monotonic() > deadline:
+                raise BrowserError(f"no {event} within {self.timeout:.0f} s")
+            self.events.append(json.loads(self.ws.recv()))
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, awaitPromise=True,
+                           returnByValue=True)
+        if "exceptionDetails" in result:
+            raise BrowserError(f"script failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def load(self, url: str, screenshot: Path | None = None) -> PageReport:
+        """Load ``url``, wait for it and its math and images, and report what went wrong."""
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        self.wait_for("Page.loadEventFired")
+        report = PageReport(url=url, info=self.evaluate(_INSPECT))
+        time.sleep(0.2)  # let late console messages and requests arrive
+        self.call("Runtime.evaluate", expression="0")
+        statuses: dict[str, int] = {}
+        for event in self.events:
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                report.console_errors.append(" ".join(
+                    str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            elif method == "Runtime.exceptionThrown":
+                details = params.get("exceptionDetails", {})
+                report.console_errors.append(
+                    details.get("exception", {}).get("description") or details.get("text", ""))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                report.console_errors.append(
+                    f"{params['entry'].get('text')} ({params['entry'].get('url', '')})")
+            elif method == "Network.responseReceived":
+                statuses[params["requestId"]] = params["response"]["status"]
+                if params["response"]["status"] >= 400:
+                    report.failed_requests.append(
+                        f"{params['response']['url']}: HTTP {params['response']['status']}")
+            elif method == "Network.loadingFailed" and not params.get("canceled"):
+                report.failed_requests.append(f"{params['requestId']}: {params.get('errorText')}")
+        if screenshot is not None:
+            report.screenshot = self.screenshot(screenshot)
+        return report
+
+    def screenshot(self, path: Path) -> Path:
+        """The whole page (up to MAX_SHOT_HEIGHT px) as a PNG."""
+        size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": max(WINDOW[0], int(size["width"])),
+                "height": min(MAX_SHOT_HEIGHT, max(1, int(size["height"]))), "scale": 1}
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                         clip=clip)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def close(self) -> None:
+        if getattr(self, "ws", None) is not None:
+            self.ws.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def __enter__(self) -> "Chromium":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def search_results(browser: Chromium, base_url: str, term: str) -> list[str]:
+    """The result links of the site's own search page for ``term`` (waits for the search)."""
+    browser.load(f"{base_url}search.html?q={term}")
+    deadline = time.monotonic() + browser.timeout
+    while time.monotonic() < deadline:
+        state = browser.evaluate(
+            "({done: !!document.querySelector('#search-results p.search-summary, "
+            "#search-results .search-summary') || /found|did not match/i.test("
+            "(document.querySelector('#search-results') || {}).textContent || ''), "
+            "links: Array.from(document.querySelectorAll('#search-results ul.search li a'))"
+            ".map(a => a.href)})")
+        if state["done"] and state["links"]:
+            return state["links"]
+        if state["done"]:
+            time.sleep(0.5)  # the summary is written before the last results
+            return browser.evaluate("Array.from(document.querySelectorAll("
+                                    "'#search-results ul.search li a')).map(a => a.href)")
+        time.sleep(0.2)
+    raise BrowserError(f"the search for {term!r} did not finish within {browser.timeout:.0f} s")
+
+
+def shot_name(page: str) -> str:
+    """``chapters/01-seq2seq/seq2seq.html`` -> ``chapters--01-seq2seq--seq2seq.png``."""
+    return page.removesuffix(".html").replace("/", "--") + ".png"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from check_links import site_pages
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("site", type=Path, help="the built site, e.g. _build/html")
+    parser.add_argument("--screenshots", type=Path, help="write one PNG per page here")
+    args = parser.parse_args(argv)
+    problems = 0
+    with serve(args.site) as base, Chromium() as browser:
+        for html in site_pages(args.site):
+            page = html.relative_to(args.site).as_posix()
+            shot = args.screenshots / shot_name(page) if args.screenshots else None
+            report = browser.load(base + page, shot)
+            found = (report.console_errors + report.failed_requests + report.broken_images
+                     + report.info["math_errors"])
+            problems += len(found)
+            print(f"{page}: {report.info['math_nodes']} formulas, "
+                  f"{len(report.info['images'])} images, {len(found)} problems")
+            for line in found:
+                print(f"    {line}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
