@@ -31,11 +31,16 @@ FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     r"""Katharopoulos et al.'s feature map :math:`\phi(x) = \mathrm{elu}(x) + 1 > 0`.
 
+    .. math:: \mathrm{elu}(x) + 1 = \begin{cases} x + 1 & x > 0 \\ e^{x} & x \le 0 \end{cases}
+
+    Computed in the second form: ``F.elu(x) + 1`` rounds ``(e^x - 1) + 1`` to exactly 0 in
+    float32 from ``x < -17`` on, which would make rows of similarities vanish.
+
     Example:
-        >>> elu_feature_map(torch.tensor([-1e9, 0.0, 2.0]))
-        tensor([0., 1., 3.])
+        >>> elu_feature_map(torch.tensor([-20.0, 0.0, 2.0]))
+        tensor([2.0612e-09, 1.0000e+00, 3.0000e+00])
     """
-    return F.elu(x) + 1.0
+    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0.0)))  # clamp: no inf in backward
 
 
 def relu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -255,6 +260,9 @@ def recurrent_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         True
     """
     _check(q, k, v, causal=True)
+    if q.shape[-2] == 0:
+        raise ValueError(f"recurrent_linear_attention needs at least one position, got q "
+                         f"{tuple(q.shape)}")
     state = init_state(k[..., 0, :], v[..., 0, :], feature_map)
     outs = []
     for t in range(q.shape[-2]):
