@@ -10,7 +10,8 @@ energy in a few singular values, and projects the keys and values *along the seq
 
 so the score matrix is ``n x k``: ``O(n k)`` time and memory for a fixed ``k``. With random
 Gaussian :math:`E = F` (entries :math:`\mathcal N(0, 1/k)`, a Johnson-Lindenstrauss projection)
-the error shrinks as ``k`` grows (:func:`approximation_error`); trained projections do better.
+the error shrinks as ``k`` grows but stays large (:func:`approximation_error`); the paper trains
+``E`` and ``F`` with the model.
 
 The energy of a matrix is the sum of its squared singular values (its squared Frobenius norm);
 :func:`energy_rank` counts how many of the largest hold a given fraction of it, and the best
@@ -82,23 +83,38 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e: to
 
 
 def approximation_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: list[int], *,
-                        seed: int = 0) -> list[float]:
-    r"""Relative error of Linformer with random ``E = F`` against exact attention, for each ``k``.
+                        method: str = "linformer", seed: int = 0) -> list[float]:
+    r"""Relative error against exact attention :math:`O = PV` with random ``E = F = R``, per ``k``.
 
-    .. math:: \varepsilon(k) = \frac{\|\bar O_k - O\|_F}{\|O\|_F}
+    .. math:: \varepsilon(k) = \frac{\|\bar O_k - O\|_F}{\|O\|_F}, \qquad
+              \bar O_k = \begin{cases}
+              \mathrm{softmax}(Q (R K)^\top / \sqrt d)\, R V & \text{"linformer"} \\
+              P R^\top R V & \text{"jl"} \end{cases}
+
+    ``"jl"`` is Linformer's theorem 1: since :math:`\mathbb E[R^\top R] = I`, :math:`P R^\top R V`
+    approximates :math:`PV` with an error falling like :math:`1/\sqrt k` (Johnson-Lindenstrauss);
+    it needs :math:`P`, so it is an analysis tool, not a fast method. ``"linformer"`` is the
+    ``O(n k)`` mechanism itself: with *random* projections its error falls with ``k`` but stays
+    large (the softmax of projected scores is not :math:`P R^\top`); the paper learns ``E, F``.
 
     Example:
         >>> q, k, v = torch.randn(3, 64, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).unbind(0)
-        >>> err = approximation_error(q, k, v, [4, 64])
-        >>> err[0] > err[1]
+        >>> err = approximation_error(q, k, v, [4, 256], method="jl")
+        >>> err[0] > 2 * err[1]
         True
     """
-    exact = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), dim=-1) @ v
+    if method not in ("linformer", "jl"):
+        raise ValueError(f"method must be 'linformer' or 'jl', got {method!r}")
+    p = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), dim=-1)
+    exact = p @ v                                                    # (..., n_q, d_v)
     g = torch.Generator().manual_seed(seed)
     errors = []
     for k_proj in ks:
-        e = random_projection(k_proj, k.shape[-2], generator=g, dtype=q.dtype, device=q.device)
-        approx = linformer_attention(q, k, v, e, e)
+        r = random_projection(k_proj, k.shape[-2], generator=g, dtype=q.dtype, device=q.device)
+        if method == "jl":
+            approx = (p @ r.T) @ (r @ v)
+        else:
+            approx = linformer_attention(q, k, v, r, r)
         errors.append(float(torch.linalg.norm(approx - exact) / torch.linalg.norm(exact)))
     return errors
 
