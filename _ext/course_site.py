@@ -16,6 +16,8 @@ What it adds to Jupyter Book / sphinx-book-theme:
   by this build's executions (jupyter-cache, through myst-nb), beside the GPU times recorded in
   ``_data/gpu_runtimes.json`` by ``scripts/record_gpu_runtimes.py``.
 * **A link to the notation page** at the first mathematical symbol of each chapter page.
+* **Every bib/*.bib is read** (``bibtex_bibfiles`` plus the files it does not list), so the
+  bibliography page (``:all:``) is the whole course's.
 
 The functions above the Sphinx hooks take plain values and are unit-tested in tests/test_site.py
 without a build.
@@ -169,6 +171,12 @@ def parse_gpu_runtimes(data: Any, where: str = "_data/gpu_runtimes.json") -> dic
     return runs
 
 
+def every_bibfile(listed: Sequence[str], root: Path, folder: str = "bib") -> list[str]:
+    """``listed`` followed by every other ``<folder>/*.bib`` under ``root`` (sorted)."""
+    found = sorted(p.relative_to(root).as_posix() for p in (root / folder).glob("*.bib"))
+    return list(listed) + [f for f in found if f not in listed]
+
+
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -233,6 +241,11 @@ def _chapter_docs(app: Sphinx, docnames: Iterable[str]) -> dict[str, PurePosixPa
 
 def _slug(docname: str) -> str:
     return PurePosixPath(docname).parent.name
+
+
+def read_every_bibfile(app: Sphinx, config: Any) -> None:
+    """The bibliography page lists the whole course: read every bib/*.bib, listed or not."""
+    config.bibtex_bibfiles = every_bibfile(config.bibtex_bibfiles, _srcdir(app))
 
 
 def check_colab_copies(app: Sphinx, env: Any, docnames: list[str]) -> None:
@@ -535,6 +548,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("course-map", CourseMap)
     app.add_directive("course-runtimes", CourseRuntimes)
     app.add_post_transform(FillCourseTables)
+    app.connect("config-inited", read_every_bibfile)
     app.connect("env-before-read-docs", check_colab_copies)
     app.connect("doctree-read", collect_main_figure, priority=600)
     app.connect("env-purge-doc", purge_figure)

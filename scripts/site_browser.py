@@ -55,7 +55,23 @@ _INSPECT = """
     math_nodes: document.querySelectorAll("mjx-container").length,
     math_errors: Array.from(document.querySelectorAll("mjx-merror"))
         .map(e => (e.getAttribute("data-mjx-error") || e.textContent).slice(0, 200)),
-    unrendered_math: document.querySelectorAll(".math:not(:has(mjx-container))").length,
+    // Undefined macros (red text from MathJax's noundefined package) and TeX errors, found in
+    // MathJax's own math items: the rendered DOM draws characters with CSS, not text.
+    math_problems: (() => {
+      const out = [];
+      if (!(window.MathJax && MathJax.startup && MathJax.startup.document)) { return out; }
+      try {
+        for (const item of MathJax.startup.document.math) {
+          item.root.walkTree(node => {
+            if (node.isKind("merror")) { out.push("TeX error in: " + item.math.slice(0, 120)); }
+            if (node.isKind("mtext") && node.attributes.get("mathcolor") === "red") {
+              out.push("undefined macro in: " + item.math.slice(0, 120));
+            }
+          });
+        }
+      } catch (err) { out.push("could not inspect MathJax: " + err); }
+      return out;
+    })(),
     images: images.map(img => ({src: img.currentSrc || img.src, alt: img.alt,
                                 complete: img.complete, width: img.naturalWidth,
                                 height: img.naturalHeight})),
@@ -279,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shot = args.screenshots / shot_name(page) if args.screenshots else None
             report = browser.load(base + page, shot)
             found = (report.console_errors + report.failed_requests + report.broken_images
-                     + report.info["math_errors"])
+                     + report.info["math_errors"] + report.info["math_problems"])
             problems += len(found)
             print(f"{page}: {report.info['math_nodes']} formulas, "
                   f"{len(report.info['images'])} images, {len(found)} problems")

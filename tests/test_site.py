@@ -1,0 +1,380 @@
+"""The website as readers meet it.
+
+Fast tests check the site's own logic without a build: the course_site extension's functions, the
+course map data against the table of contents, the drawn map, the link checker on a tiny site.
+The browser test of the checker runs Chromium on a tiny hand-made site (slow: it starts a browser).
+The book tests (slow, xdist group "book") serve the built site on 127.0.0.1 and load every page in
+headless Chromium: no console error, no failed request, math typeset without errors, every image
+loaded, the search finds chapter 2, each launch and download button opens a notebook of the
+repository; a screenshot of every page is kept in _build/screenshots/. Every internal link and
+anchor resolves; external links are listed in _build/external-links.txt, never fetched.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+
+from tests.conftest import BUILD, ROOT, chapter_slugs, release_notebook
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+BOOK = [pytest.mark.slow, pytest.mark.xdist_group("book")]
+#: A word of chapter 2 that the site's search must find there.
+SEARCH_TERM = "sinusoidal"
+
+
+def _module(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+site_ext = _module("course_site", ROOT / "_ext" / "course_site.py")
+links = _module("check_links", ROOT / "scripts" / "check_links.py")
+browser_mod = _module("site_browser", ROOT / "scripts" / "site_browser.py")
+course_map = _module("course_map", ROOT / "scripts" / "course_map.py")
+
+
+def toc_chapters() -> list[str]:
+    """Chapter slugs in the order of _toc.yml."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return [PurePosixPath(f).parent.name for f in files if f.startswith("chapters/")]
+
+
+# ------------------------------------------------------------------ fast: the extension's logic
+
+@pytest.mark.parametrize("module", [site_ext, links, browser_mod, course_map],
+                         ids=lambda m: m.__name__)
+def test_docstring_examples_run(module: ModuleType) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    if module in (site_ext, course_map):
+        assert result.attempted > 0
+
+
+def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
+    page = PurePosixPath("chapters/02-x/x.ipynb")
+    assert site_ext.colab_copy(page) == PurePosixPath("colab/02-x/x.ipynb")
+    assert site_ext.colab_copy(PurePosixPath("chapters/02-x/notes.md")) is None
+    assert site_ext.colab_copy(PurePosixPath("other/02-x/x.ipynb")) is None
+    (tmp_path / "colab" / "01-a").mkdir(parents=True)
+    (tmp_path / "colab" / "01-a" / "a.ipynb").write_text("{}")
+    sources = [PurePosixPath("chapters/01-a/a.ipynb"), page, PurePosixPath("intro.md")]
+    assert site_ext.missing_colab_copies(tmp_path, sources) == ["colab/02-x/x.ipynb"]
+
+
+def test_colab_launch_url_names_repository_branch_and_copy() -> None:
+    url = site_ext.colab_launch_url("https://colab.research.google.com", "org", "repo", "dev",
+                                    PurePosixPath("colab/03-t/t.ipynb"))
+    assert url == "https://colab.research.google.com/github/org/repo/blob/dev/colab/03-t/t.ipynb"
+
+
+def _entry(slug: str, needs: list[str]) -> dict[str, object]:
+    return {"slug": slug, "short": slug, "needs": needs, "experiment": "shows  a\n thing",
+            "main_figure": "cell-1", "figure_alt": "a plot"}
+
+
+def test_course_map_data_is_validated() -> None:
+    ok = site_ext.parse_chapters([_entry("01-a", []), _entry("02-b", ["01-a"])], ["01-a", "02-b"])
+    assert [e.number for e in ok] == [1, 2] and ok[0].experiment == "shows a thing"
+    with pytest.raises(ValueError, match="_toc.yml has"):
+        site_ext.parse_chapters([_entry("01-a", [])], ["01-a", "02-b"])
+    with pytest.raises(ValueError, match="not earlier chapters"):
+        site_ext.parse_chapters([_entry("01-a", ["02-b"]), _entry("02-b", [])], ["01-a", "02-b"])
+    broken = _entry("01-a", [])
+    del broken["figure_alt"]
+    with pytest.raises(ValueError, match="figure_alt"):
+        site_ext.parse_chapters([broken], ["01-a"])
+    with pytest.raises(ValueError, match="list of chapters"):
+        site_ext.parse_chapters({"slug": "01-a"}, ["01-a"])
+
+
+def test_course_map_covers_every_chapter_of_the_toc_and_names_real_figure_cells() -> None:
+    data = yaml.safe_load((ROOT / "_data" / "chapters.yml").read_text())
+    entries = site_ext.parse_chapters(data, toc_chapters())
+    for entry in entries:
+        cells = json.loads(release_notebook(entry.slug).read_text())["cells"]
+        tagged = [c for c in cells if site_ext.MAIN_FIGURE_TAG in c["metadata"].get("tags", [])]
+        by_id = [c for c in cells if c.get("id") == entry.main_figure]
+        assert tagged or (by_id and by_id[0]["cell_type"] == "code"), (
+            f"{entry.slug}: no code cell {entry.main_figure!r} (main_figure in "
+            f"_data/chapters.yml) and no cell tagged {site_ext.MAIN_FIGURE_TAG!r}")
+
+
+def test_every_chapter_with_a_source_is_on_the_site() -> None:
+    assert toc_chapters() == [s for s in chapter_slugs() if s in toc_chapters()]
+    missing = [s for s in chapter_slugs() if s not in toc_chapters()
+               and release_notebook(s).is_file()]
+    assert not missing, f"released chapters missing from _toc.yml and _data/chapters.yml: {missing}"
+
+
+def test_drawn_course_map_is_fresh() -> None:
+    assert course_map.main(["--check"]) == 0, "run python scripts/course_map.py"
+    svg = (ROOT / "_figures" / "course-map.svg").read_text()
+    assert svg.count("<rect") == len(toc_chapters())
+    with pytest.raises(ValueError, match="not earlier chapters"):
+        course_map.depths([{"slug": "01-a", "needs": ["02-b"]}])
+
+
+def test_gpu_runtimes_are_validated_and_shown_honestly() -> None:
+    recorded = site_ext.parse_gpu_runtimes(json.loads((ROOT / "_data" / "gpu_runtimes.json")
+                                                      .read_text()))
+    assert set(recorded) <= set(chapter_slugs())
+    run = {"seconds": 12.5, "device": "NVIDIA H200", "date": "2026-11-23",
+           "notebook_sha256": "abc"}
+    parsed = site_ext.parse_gpu_runtimes({"chapters": {"01-a": run}})
+    assert site_ext.gpu_cell(parsed["01-a"], "abc") == "12 s (NVIDIA H200, 2026-11-23)"
+    assert "earlier version" in site_ext.gpu_cell(parsed["01-a"], "def")
+    assert site_ext.gpu_cell(None, "abc") == site_ext.NO_GPU_RUN
+    with pytest.raises(ValueError, match="01-a"):
+        site_ext.parse_gpu_runtimes({"chapters": {"01-a": {**run, "seconds": -1}}})
+    with pytest.raises(ValueError, match="notebook_sha256"):
+        site_ext.parse_gpu_runtimes({"chapters": {"01-a": {"seconds": 3}}})
+    with pytest.raises(ValueError, match="'chapters'"):
+        site_ext.parse_gpu_runtimes([])
+
+
+def test_cpu_column_says_why_a_time_is_missing() -> None:
+    assert site_ext.cpu_cell({"succeeded": True, "runtime": 61.0}) == "1 min 01 s"
+    assert site_ext.cpu_cell({"succeeded": False, "runtime": 3.0}) == site_ext.NOT_EXECUTED
+    assert site_ext.cpu_cell(None) == site_ext.NOT_EXECUTED
+
+
+def test_duplicate_inline_scripts_are_dropped() -> None:
+    from sphinx.builders.html._assets import _JavaScript
+
+    scripts = [_JavaScript("a.js"), _JavaScript(None, body="const X = 1;"),
+               _JavaScript("", body="const X = 1;"), _JavaScript("", body="const Y = 1;"),
+               _JavaScript("a.js", priority=200)]
+    context = {"script_files": scripts}
+    site_ext.drop_duplicate_scripts(None, "p", "page.html", context, None)
+    assert context["script_files"] == [scripts[0], scripts[1], scripts[3]]
+
+
+def test_every_bibliography_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / "bib").mkdir()
+    for name in ("b.bib", "a.bib", "c.bib"):
+        (tmp_path / "bib" / name).write_text("")
+    assert site_ext.every_bibfile(["bib/c.bib"], tmp_path) == ["bib/c.bib", "bib/a.bib", "bib/b.bib"]
+    read = site_ext.every_bibfile(CONFIG["bibtex_bibfiles"], ROOT)
+    assert sorted(read) == sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("bib/*.bib"))
+
+
+def test_book_root_has_no_static_folder() -> None:
+    # Jupyter Book injects every .js under html_static_path as a <script> once a `_static/`
+    # folder exists in the book's root: every vendored MathJax component would load twice.
+    assert not (ROOT / "_static").exists(), "put site assets in _figures/, not _static/"
+
+
+def test_link_checker_finds_missing_files_and_anchors(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "sub").mkdir(parents=True)
+    (site / "_static").mkdir()
+    (site / "_static" / "macros.html").write_text('<a href="{{ pathto(x) }}">theme macro</a>')
+    (site / "img.png").write_bytes(b"png")
+    (site / "index.html").write_text(
+        '<h1 id="top">t</h1><a href="sub/page.html#sec">ok</a><a href="#top">self</a>'
+        '<a href="sub/page.html#nowhere">bad anchor</a><img src="missing.png">'
+        '<img src="img.png"><a href="https://example.org/x">ext</a><a href="/abs.html">abs</a>'
+        '<a href="javascript:void(0)">js</a><a href="mailto:a@b.c">mail</a>')
+    (site / "sub" / "page.html").write_text('<section id="sec"></section><a href="../">up</a>'
+                                            '<a href="../index.html#top">back</a>')
+    report = links.check_site(site)
+    assert report.pages == 2
+    assert report.external == {"https://example.org/x", "mailto:a@b.c"}
+    assert len(report.broken) == 3, report.broken
+    joined = "\n".join(report.broken)
+    assert "no anchor #nowhere in sub/page.html" in joined
+    assert "missing file missing.png" in joined and "absolute path" in joined
+    with pytest.raises(FileNotFoundError, match="no HTML pages"):
+        links.check_site(tmp_path / "empty")
+
+
+# ------------------------------------------------------------------ slow: the browser check itself
+
+MATHJAX = BUILD / "vendor" / "static" / "mathjax"
+
+
+@pytest.mark.slow
+def test_browser_check_reports_what_a_reader_would_hit(tmp_path: Path) -> None:
+    """On a tiny site with known faults the checker reports exactly those faults."""
+    assert (MATHJAX / "tex-mml-chtml.js").is_file(), "MathJax is vendored by `make setup`"
+    site = tmp_path / "site"
+    shutil.copytree(MATHJAX, site / "mathjax")
+    png = (ROOT / "_figures" / "course-map.svg").read_bytes()
+    (site / "map.svg").write_bytes(png)
+    head = ('<link rel="icon" href="map.svg"><script>window.MathJax = {tex: {packages: '
+            '{"[+]": ["noundefined"]}}};</script><script src="mathjax/tex-mml-chtml.js"></script>')
+    (site / "good.html").write_text(f'<html><head>{head}</head><body><p>\\(x^2\\)</p>'
+                                    '<img src="map.svg" alt="map"></body></html>')
+    (site / "bad.html").write_text(
+        f'<html><head>{head}</head><body><p>\\(\\frac{{a}}\\)</p><p>\\(\\nosuchmacro x\\)</p>'
+        '<img src="gone.png" alt="gone"><script>console.error("boom")</script>'
+        '<script src="missing.js"></script></body></html>')
+    with browser_mod.serve(site) as base, browser_mod.Chromium() as browser:
+        good = browser.load(base + "good.html", tmp_path / "shots" / "good.png")
+        bad = browser.load(base + "bad.html")
+    assert good.console_errors == [] and good.failed_requests == [], good
+    assert good.broken_images == [] and good.info["math_nodes"] == 1
+    assert good.info["math_errors"] == [] and good.info["math_problems"] == []
+    assert good.screenshot and good.screenshot.stat().st_size > 1000
+    assert any("boom" in e for e in bad.console_errors), bad.console_errors
+    failed = "\n".join(bad.failed_requests)
+    assert "gone.png: HTTP 404" in failed and "missing.js: HTTP 404" in failed
+    assert len(bad.broken_images) == 1 and "gone.png" in bad.broken_images[0]
+    assert len(bad.info["math_errors"]) == 1, bad.info
+    assert any("nosuchmacro" in p for p in bad.info["math_problems"]), bad.info
+
+
+# ------------------------------------------------------------------ slow: the built website
+
+def _pages(site: Path) -> list[str]:
+    return [p.relative_to(site).as_posix() for p in links.site_pages(site)]
+
+
+@pytest.fixture(scope="module")
+def visit(built_book: Path) -> dict[str, object]:
+    """Every page of the built site loaded once in Chromium (screenshots in _build/screenshots)."""
+    shots = BUILD / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    reports = {}
+    with browser_mod.serve(built_book) as base, browser_mod.Chromium() as browser:
+        for page in _pages(built_book):
+            reports[page] = browser.load(base + page, shots / browser_mod.shot_name(page))
+        search = browser_mod.search_results(browser, base, SEARCH_TERM)
+    return {"base": base, "pages": reports, "search": search}
+
+
+@pytest.mark.parametrize("page", ["intro.html", "search.html", "genindex.html", "notation.html",
+                                  "glossary.html", "bibliography.html", "runtimes.html"])
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_site_pages_exist(built_book: Path, page: str) -> None:
+    assert (built_book / page).is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_every_page_loads_without_console_errors_or_failed_requests(visit: dict) -> None:
+    pages = visit["pages"]
+    assert len(pages) >= 5 + len(chapter_slugs())
+    problems = {p: r.console_errors + r.failed_requests for p, r in pages.items()
+                if r.console_errors or r.failed_requests}
+    assert not problems, json.dumps(problems, indent=1)[:6000]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_math_is_typeset_without_errors(visit: dict) -> None:
+    pages = visit["pages"]
+    problems = {p: r.info["math_errors"] + r.info["math_problems"] for p, r in pages.items()
+                if r.info["math_errors"] or r.info["math_problems"]}
+    assert not problems, json.dumps(problems, indent=1)[:6000]
+    for page in ["notation.html"] + [f"chapters/{s}/{release_notebook(s).stem}.html"
+                                     for s in chapter_slugs()]:
+        assert pages[page].info["math_nodes"] >= 10, f"{page}: MathJax typeset its formulas"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_every_image_loads_with_a_size(visit: dict) -> None:
+    broken = {p: r.broken_images for p, r in visit["pages"].items() if r.broken_images}
+    assert not broken, broken
+    for slug in chapter_slugs():
+        page = visit["pages"][f"chapters/{slug}/{release_notebook(slug).stem}.html"]
+        assert len(page.info["images"]) >= 3, f"{slug}: its plots are on the page"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_search_finds_chapter_2(visit: dict) -> None:
+    chapter = release_notebook("02-self-attention")
+    assert SEARCH_TERM in chapter.read_text().lower(), "choose a search term of chapter 2"
+    hits = [urlsplit(u).path for u in visit["search"]]
+    assert any(h.endswith(f"chapters/02-self-attention/{chapter.stem}.html") for h in hits), hits
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_launch_and_download_buttons_open_notebooks_of_the_repository(visit: dict,
+                                                                      built_book: Path) -> None:
+    org_repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    branch = CONFIG["repository"]["branch"]
+    for slug in chapter_slugs():
+        name = release_notebook(slug).name
+        page = visit["pages"][f"chapters/{slug}/{Path(name).stem}.html"]
+        copy = ROOT / "colab" / slug / name
+        assert copy.is_file(), f"{copy.relative_to(ROOT)} is missing"
+        (colab,) = set(page.info["colab"])
+        prefix = f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/"
+        assert colab.startswith(prefix), colab
+        assert (ROOT / colab.removeprefix(prefix)).resolve() == copy.resolve(), colab
+        (download,) = set(page.info["downloads"])
+        served = built_book / unquote(urlsplit(download).path).lstrip("/")
+        assert served.read_bytes() == copy.read_bytes(), f"{download} serves the Colab copy"
+    others = {p: r.info["colab"] for p, r in visit["pages"].items()
+              if r.info["colab"] and not p.startswith("chapters/")}
+    assert not others, f"only chapter pages have a Colab button: {others}"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_a_screenshot_of_every_page_is_kept(visit: dict) -> None:
+    for page, report in visit["pages"].items():
+        assert report.screenshot is not None and report.screenshot.stat().st_size > 10_000, page
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_internal_links_and_anchors_resolve(built_book: Path) -> None:
+    report = links.check_site(built_book)
+    (BUILD / "external-links.txt").write_text("".join(f"{u}\n" for u in sorted(report.external)))
+    assert report.pages >= 5 + len(chapter_slugs()) and report.links > 100
+    assert not report.broken, "\n".join(report.broken[:50])
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_landing_page_maps_every_chapter_with_its_figure_and_times(built_book: Path) -> None:
+    html = (built_book / "intro.html").read_text()
+    entries = site_ext.parse_chapters(yaml.safe_load((ROOT / "_data" / "chapters.yml")
+                                                     .read_text()), toc_chapters())
+    for entry in entries:
+        alt = entry.figure_alt.replace("'", "&#x27;")
+        thumb = re.search(rf'<img alt="{re.escape(alt)}"[^>]*src="([^"]+)"', html)
+        assert thumb, f"{entry.slug}: thumbnail of its main figure"
+        assert (built_book / thumb.group(1)).is_file()
+    assert site_ext.NOT_EXECUTED not in html, "the build recorded every chapter's run time"
+    assert 'alt="The chapters as a graph' in html and "course-map.svg" in html
+    runtimes = (built_book / "runtimes.html").read_text()
+    assert site_ext.NOT_EXECUTED not in runtimes
+    assert len(re.findall(r"\d+ s</p>", runtimes)) >= len(entries)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_chapters_link_the_notation_page_and_the_bibliography_lists_every_work(
+        built_book: Path) -> None:
+    for slug in chapter_slugs():
+        html = (built_book / "chapters" / slug / f"{release_notebook(slug).stem}.html").read_text()
+        assert 'class="course-notation-link"' in html and 'href="../../notation.html"' in html
+    keys = {m.group(1) for bib in (ROOT / "bib").glob("*.bib")
+            for m in re.finditer(r"^@\w+\{([^,]+),", bib.read_text(), re.M)}
+    listed = (built_book / "bibliography.html").read_text().count('role="doc-biblioentry"')
+    assert listed == len(keys), f"{listed} entries on the bibliography page, {len(keys)} keys"
