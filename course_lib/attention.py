@@ -1,7 +1,11 @@
 """Attention as the course teaches it: masked softmax and scaled dot-product attention.
 
 Taught in chapter 1 (masked softmax over padded positions) and chapter 2, sections 1 and 2
-(scaled dot-product attention, why the scores are divided by sqrt(d_k), masks).
+(scaled dot-product attention, why the scores are divided by sqrt(d_k), masks, and decoding one
+token at a time with a key-value cache: :func:`cached_attention_step`).
+
+Weights follow ``nn.Linear``'s convention everywhere in the course: ``y = x W^T``, ``W`` shaped
+``(out, in)``.
 
 One mask convention everywhere in course_lib: a boolean tensor in which ``True`` means "may
 attend" (the convention of ``torch.nn.functional.scaled_dot_product_attention``). A boolean mask
@@ -219,6 +223,79 @@ def scaled_dot_product_attention(
         weights = F.dropout(weights, p=dropout_p)
     out = weights @ value                             # (..., T_q, d_v)
     return (out, weights) if return_weights else out
+
+
+def _check_step(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"x must be (batch, d_model), one new token per sequence; got "
+                         f"{tuple(x.shape)}")
+    d_model = x.shape[-1]
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        if w.dim() != 2 or w.shape[1] != d_model:
+            raise ValueError(f"{name} must be (out, d_model={d_model}) and is applied as "
+                             f"x @ {name}.T; got {tuple(w.shape)}")
+    if w_q.shape[0] != w_k.shape[0]:
+        raise ValueError(f"w_q and w_k must project to the same key size d_k; got "
+                         f"{tuple(w_q.shape)} and {tuple(w_k.shape)}")
+    expected = {"cache_k": w_k.shape[0], "cache_v": w_v.shape[0]}
+    for name, cache in (("cache_k", cache_k), ("cache_v", cache_v)):
+        if cache.dim() != 3 or cache.shape[0] != x.shape[0] or cache.shape[2] != expected[name]:
+            raise ValueError(f"{name} must be (batch={x.shape[0]}, t, {expected[name]}); got "
+                             f"{tuple(cache.shape)}")
+    if cache_k.shape[1] != cache_v.shape[1]:
+        raise ValueError(f"cache_k and cache_v must hold the same number of tokens; got "
+                         f"{cache_k.shape[1]} and {cache_v.shape[1]}")
+
+
+def cached_attention_step(
+    x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+    cache_k: torch.Tensor, cache_v: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""One decoding step of causal self-attention with a key-value cache (single head).
+
+    Under a causal mask the output at position ``t`` reads only the keys and values of positions
+    ``<= t``, and those never change when later tokens arrive. A decoder therefore keeps them (the
+    *cache*) and, for each new token, computes one query, one key and one value:
+
+    .. math:: q_t = W^Q x_t,\; k_t = W^K x_t,\; v_t = W^V x_t, \qquad
+              y_t = \sum_{j \le t} \mathrm{softmax}_j\!\left(\frac{q_t \cdot k_j}{\sqrt{d_k}}
+              \right) v_j
+
+    Stepping through a sequence from an empty cache gives exactly the outputs of causal
+    self-attention over the whole sequence, at the cost of ``t`` scores at step ``t`` instead of
+    recomputing all ``t^2`` of them.
+
+    Args:
+        x: ``(B, d_model)``, the new token of each sequence.
+        w_q, w_k: ``(d_k, d_model)``; w_v: ``(d_v, d_model)``. Applied as ``x @ w.T``
+            (``nn.Linear``'s convention).
+        cache_k: ``(B, t, d_k)`` and cache_v: ``(B, t, d_v)``, the keys and values of the ``t``
+            earlier tokens (``t`` may be 0).
+
+    Returns:
+        ``(y, cache_k, cache_v)``: the output ``(B, d_v)`` and the caches with the new key and
+        value appended, ``(B, t + 1, d_k)`` and ``(B, t + 1, d_v)``.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> xs = torch.randn(2, 5, 6, generator=g)
+        >>> w_q, w_k, w_v = (torch.randn(n, 6, generator=g) for n in (4, 4, 3))
+        >>> k, v = torch.zeros(2, 0, 4), torch.zeros(2, 0, 3)
+        >>> steps = []
+        >>> for t in range(5):
+        ...     y, k, v = cached_attention_step(xs[:, t], w_q, w_k, w_v, k, v)
+        ...     steps.append(y)
+        >>> full = scaled_dot_product_attention(xs @ w_q.T, xs @ w_k.T, xs @ w_v.T, causal_mask(5))
+        >>> torch.allclose(torch.stack(steps, 1), full, atol=1e-6), tuple(k.shape)
+        (True, (2, 5, 4))
+    """
+    _check_step(x, w_q, w_k, w_v, cache_k, cache_v)
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T                # (B, d_k), (B, d_k), (B, d_v)
+    cache_k = torch.cat([cache_k, k[:, None]], dim=1)        # (B, t + 1, d_k)
+    cache_v = torch.cat([cache_v, v[:, None]], dim=1)        # (B, t + 1, d_v)
+    y = scaled_dot_product_attention(q[:, None], cache_k, cache_v)  # (B, 1, d_v): no mask needed
+    return y[:, 0], cache_k, cache_v
 
 
 def causal_mask(length: int, device: torch.device | str | None = None, *,

@@ -2,8 +2,8 @@ r"""Why attention: a long-range dependency task and four ways to mix information
 
 Taught in chapter 2, section 5. A layer that mixes a sequence ``X`` (``T x d``) can be
 
-1. a fixed linear mixing ``Y = W X``: every output is the same weighted sum of the inputs,
-   whatever they contain (:class:`LinearMixer`);
+1. a fixed linear mixing ``Y = W X`` of per-token features: every output is the same weighted
+   sum over positions, whatever the tokens contain (:class:`LinearMixer`);
 2. a recurrent network, a Markov chain of states ``h_t = f(h_{t-1}, x_t)``: everything about the
    past must fit through one state vector (:class:`GRUModel`);
 3. a (dilated) convolution: local windows, widened layer by layer, so ``T`` positions need
@@ -154,8 +154,14 @@ class _RecallModel(nn.Module, metaclass=ABCMeta):
 class LinearMixer(_RecallModel):
     r"""Fixed linear mixing over positions: :math:`y = \sum_t w_t\, g(x_t)`, ``w`` learned.
 
-    The weights depend on the position only, never on the content, so the model cannot pick out
-    the pair the query asks for; it can only summarise the whole sequence.
+    What it can represent, precisely: the weights :math:`w_t` depend on the position only, never
+    on the content; the per-token features :math:`g(x_t) = \mathrm{ReLU}(W(e_{k_t} + e_{v_t}) +
+    b)` see a key and its value together, so they can encode the *pair* (a conjunction of the
+    two), and :math:`y` is a weighted bag of bound pairs, a memory of the same kind as the fast
+    weights of Ba et al. (2016), which sum outer products :math:`v k^\top`. The query enters
+    :math:`y` as one more summand and cannot choose what is summed: the readout MLP must find the
+    asked value in a ``d_model``-dimensional sum, so what limits this model is the capacity of
+    that sum and of the readout, not an impossibility.
     """
 
     def __init__(self, config: RecallConfig, d_model: int = 64) -> None:

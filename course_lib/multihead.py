@@ -1,8 +1,9 @@
 """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
-Taught in chapter 2, section 3. The per-head projections of head ``i`` are the columns
-``i*d_head:(i+1)*d_head`` of one ``d x d`` matrix; :func:`split_heads` cuts the projected
-features into heads, :func:`merge_heads` concatenates them back. Tested against
+Taught in chapter 2, section 3. Weights are ``nn.Linear``'s: shaped ``(out, in)``, applied as
+``x @ w.T``. The projection of head ``i`` is rows ``i*d_head:(i+1)*d_head`` of one ``d x d``
+weight; :func:`split_heads` cuts the projected features into heads, :func:`merge_heads`
+concatenates them back. Tested against
 ``torch.nn.MultiheadAttention`` with copied weights.
 """
 
@@ -17,9 +18,9 @@ from course_lib.attention import Impl, scaled_dot_product_attention
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     r"""Cut the features of ``x`` into ``n_heads`` heads of ``d / n_heads`` features each.
 
-    Head ``i`` gets features ``i*d_head : (i+1)*d_head``, so projecting with one ``d x d``
-    matrix :math:`W = [W_1 \mid \dots \mid W_h]` and splitting equals projecting with each
-    :math:`W_i`.
+    Head ``i`` gets features ``i*d_head : (i+1)*d_head``, so projecting with one ``(d, d)``
+    weight stacking the heads' weights row-wise (``x @ W.T``) and splitting equals projecting
+    with each head's ``(d_head, d)`` block of rows.
 
     Args:
         x: ``(B, T, d)``.
@@ -71,36 +72,46 @@ def multi_head_attention(
     r"""Multi-head attention from its four weight matrices (no biases), the math step by step.
 
     .. math:: \mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots,
-              \mathrm{head}_h) W^O, \quad \mathrm{head}_i = \mathrm{Attention}(Q W_i^Q,
-              K W_i^K, V W_i^V)
+              \mathrm{head}_h) W^{O\top}, \quad \mathrm{head}_i = \mathrm{Attention}(Q
+              W_i^{Q\top}, K W_i^{K\top}, V W_i^{V\top})
 
-    Weights follow the paper's convention ``x @ W`` (``nn.Linear`` stores ``W.T``).
+    Weights follow ``nn.Linear``'s convention, the one of the whole course: shaped ``(out, in)``
+    and applied as ``x @ w.T``; head ``i`` owns rows ``i*d_head:(i+1)*d_head`` of ``w_q``,
+    ``w_k`` and ``w_v`` (``d_head = d / n_heads``), exactly the split of
+    ``torch.nn.MultiheadAttention``. The scores of each head are divided by ``sqrt(d_head)``.
 
     Args:
-        query: ``(B, T_q, d)``; key, value: ``(B, T_k, d)``.
-        w_q, w_k, w_v, w_o: ``(d, d)``.
+        query: ``(B, T_q, d_q)``; key: ``(B, T_k, d_kv)``; value: ``(B, T_k, d_vv)``.
+        w_q: ``(d, d_q)``, w_k: ``(d, d_kv)``, w_v: ``(d, d_vv)``: the projections to the
+            attention width ``d``; w_o: ``(d_out, d)``.
         n_heads: ``h``, dividing ``d``.
         mask: boolean, broadcastable to ``(B, h, T_q, T_k)``, ``True`` = may attend.
 
     Returns:
-        The output ``(B, T_q, d)`` and the weights ``(B, h, T_q, T_k)``.
+        The output ``(B, T_q, d_out)`` and the weights ``(B, h, T_q, T_k)``.
 
     Example:
-        >>> x = torch.randn(1, 3, 4)
-        >>> eye = torch.eye(4)
-        >>> out, w = multi_head_attention(x, x, x, eye, eye, eye, eye, n_heads=2)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x, memory = torch.randn(1, 3, 4, generator=g), torch.randn(1, 5, 6, generator=g)
+        >>> w_q, w_k, w_v, w_o = (torch.randn(*s, generator=g) for s in
+        ...                       ((8, 4), (8, 6), (8, 6), (4, 8)))
+        >>> out, w = multi_head_attention(x, memory, memory, w_q, w_k, w_v, w_o, n_heads=2)
         >>> out.shape, w.shape
-        (torch.Size([1, 3, 4]), torch.Size([1, 2, 3, 3]))
+        (torch.Size([1, 3, 4]), torch.Size([1, 2, 3, 5]))
     """
-    d = query.shape[-1]
-    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
-        if w.shape != (d, d):
-            raise ValueError(f"{name} must have shape ({d}, {d}), got {tuple(w.shape)}")
-    q = split_heads(query @ w_q, n_heads)  # (B, h, T_q, d_head)
-    k = split_heads(key @ w_k, n_heads)    # (B, h, T_k, d_head)
-    v = split_heads(value @ w_v, n_heads)  # (B, h, T_k, d_head)
+    d = w_q.shape[0]
+    for name, w, t in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
+        if w.dim() != 2 or w.shape != (d, t.shape[-1]):
+            raise ValueError(f"{name} must have shape ({d}, {t.shape[-1]}) (out, in), applied as "
+                             f"x @ {name}.T; got {tuple(w.shape)}")
+    if w_o.dim() != 2 or w_o.shape[1] != d:
+        raise ValueError(f"w_o must have shape (d_out, {d}) (out, in), applied as "
+                         f"x @ w_o.T; got {tuple(w_o.shape)}")
+    q = split_heads(query @ w_q.T, n_heads)  # (B, h, T_q, d_head)
+    k = split_heads(key @ w_k.T, n_heads)    # (B, h, T_k, d_head)
+    v = split_heads(value @ w_v.T, n_heads)  # (B, h, T_k, d_head)
     out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
-    return merge_heads(out) @ w_o, weights  # (B, T_q, d), (B, h, T_q, T_k)
+    return merge_heads(out) @ w_o.T, weights  # (B, T_q, d_out), (B, h, T_q, T_k)
 
 
 class MultiHeadAttention(nn.Module):

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention import (additive_mask, attention_mask, causal_mask, masked_softmax,
-                                  padding_mask, scaled_dot_product_attention)
+from course_lib.attention import (additive_mask, attention_mask, cached_attention_step,
+                                  causal_mask, masked_softmax, padding_mask,
+                                  scaled_dot_product_attention)
 
 pytestmark = pytest.mark.ch02
 
@@ -231,3 +232,49 @@ def test_error_causal_mask_and_attention_mask_shapes() -> None:
         attention_mask(torch.ones(2, 4, dtype=torch.bool), causal_mask(3))
     with pytest.raises(ValueError, match="lengths must be 1-D"):
         padding_mask(torch.ones(2, 2, dtype=torch.long))
+
+
+# ---- one decoding step with a key-value cache ------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cached_steps_equal_causal_attention_over_the_whole_sequence(device: str,
+                                                                     dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(7)
+    B, T, d_model, d_k, d_v = 3, 6, 10, 4, 3
+    x = torch.randn(B, T, d_model, generator=g, dtype=dtype).to(device)
+    w_q, w_k, w_v = (torch.randn(n, d_model, generator=g, dtype=dtype).to(device)
+                     for n in (d_k, d_k, d_v))
+    k = torch.zeros(B, 0, d_k, dtype=dtype, device=device)
+    v = torch.zeros(B, 0, d_v, dtype=dtype, device=device)
+    steps = []
+    for t in range(T):
+        y, k, v = cached_attention_step(x[:, t], w_q, w_k, w_v, k, v)
+        assert k.shape == (B, t + 1, d_k) and v.shape == (B, t + 1, d_v)
+        steps.append(y)
+    # the peer: torch's fused attention over the whole sequence, causal
+    expected = F.scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T, is_causal=True)
+    torch.testing.assert_close(torch.stack(steps, 1), expected, **TOL[dtype])
+    torch.testing.assert_close(k, x @ w_k.T, **TOL[dtype])
+    torch.testing.assert_close(v, x @ w_v.T, **TOL[dtype])
+
+
+def test_cached_step_first_token_returns_its_own_value() -> None:
+    x = torch.tensor([[1.0, 2.0]])
+    w_v = torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])  # (d_v=3, d_model=2)
+    y, k, v = cached_attention_step(x, torch.eye(2), torch.eye(2), w_v, torch.zeros(1, 0, 2),
+                                    torch.zeros(1, 0, 3))
+    assert y.tolist() == [[1.0, -2.0, 3.0]] and v.tolist() == [[[1.0, -2.0, 3.0]]]
+
+
+def test_error_cached_step_shapes() -> None:
+    x, w = torch.zeros(2, 4), torch.zeros(3, 4)
+    k, v = torch.zeros(2, 1, 3), torch.zeros(2, 1, 3)
+    with pytest.raises(ValueError, match=r"x must be \(batch, d_model\)"):
+        cached_attention_step(x[:, None], w, w, w, k, v)
+    with pytest.raises(ValueError, match=r"w_k must be \(out, d_model=4\) and is applied as x @ w_k.T"):
+        cached_attention_step(x, w, w.T, w, k, v)
+    with pytest.raises(ValueError, match=r"cache_v must be \(batch=2, t, 3\)"):
+        cached_attention_step(x, w, w, w, k, torch.zeros(2, 1, 5))
+    with pytest.raises(ValueError, match="the same number of tokens; got 1 and 2"):
+        cached_attention_step(x, w, w, w, k, torch.zeros(2, 2, 3))

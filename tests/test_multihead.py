@@ -58,10 +58,10 @@ def test_split_heads_known_answer_and_round_trip() -> None:
 
 def test_projecting_then_splitting_equals_per_head_projections() -> None:
     g = torch.Generator().manual_seed(1)
-    x, w = torch.randn(2, 5, 8, generator=g), torch.randn(8, 8, generator=g)
-    heads = split_heads(x @ w, 4)
+    x, w = torch.randn(2, 5, 8, generator=g), torch.randn(8, 8, generator=g)  # w: (out, in)
+    heads = split_heads(x @ w.T, 4)
     for i in range(4):
-        torch.testing.assert_close(heads[:, i], x @ w[:, 2 * i:2 * i + 2])
+        torch.testing.assert_close(heads[:, i], x @ w[2 * i:2 * i + 2].T)  # head i: rows of w
 
 
 def test_split_and_merge_errors() -> None:
@@ -139,8 +139,29 @@ def test_functional_form_equals_the_module_without_bias(dtype: torch.dtype) -> N
     q, k, v = _inputs(4, 2, 4, 5, 12, dtype, "cpu")
     mask = padding_mask(torch.tensor([5, 2]))[:, None, None, :]
     expected, expected_w = mha(q, k, v, mask, need_weights=True)
-    out, w = multi_head_attention(q, k, v, mha.q_proj.weight.T, mha.k_proj.weight.T,
-                                  mha.v_proj.weight.T, mha.out_proj.weight.T, 3, mask)
+    out, w = multi_head_attention(q, k, v, mha.q_proj.weight, mha.k_proj.weight,
+                                  mha.v_proj.weight, mha.out_proj.weight, 3, mask)
+    torch.testing.assert_close(out, expected, **TOL[dtype])
+    torch.testing.assert_close(w, expected_w, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_functional_form_matches_torch_with_non_square_weights(dtype: torch.dtype) -> None:
+    """Cross-attention to a memory of another width (torch's kdim, vdim): every weight is random,
+    non-symmetric and, for keys and values, non-square, so a transposed weight cannot pass."""
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(8, 2, bias=False, kdim=6, vdim=5, batch_first=True).to(dtype)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 4, 8, generator=g, dtype=dtype)
+    k, v = torch.randn(3, 7, 6, generator=g, dtype=dtype), torch.randn(3, 7, 5, generator=g,
+                                                                         dtype=dtype)
+    real = padding_mask(torch.tensor([7, 1, 4]), 7)                    # True = real key
+    expected, expected_w = theirs(q, k, v, key_padding_mask=~real,    # torch: True = padding
+                                  average_attn_weights=False)
+    with torch.no_grad():
+        out, w = multi_head_attention(q, k, v, theirs.q_proj_weight, theirs.k_proj_weight,
+                                      theirs.v_proj_weight, theirs.out_proj.weight, 2,
+                                      real[:, None, None, :])
     torch.testing.assert_close(out, expected, **TOL[dtype])
     torch.testing.assert_close(w, expected_w, **TOL[dtype])
 
@@ -192,5 +213,7 @@ def test_errors_name_the_numbers() -> None:
         mha(torch.randn(2, 3, 6), x, x)
     with pytest.raises(ValueError, match="does not broadcast"):
         mha(x, x, x, torch.ones(2, 3, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"w_k must have shape \(8, 8\)"):
+    with pytest.raises(ValueError, match=r"w_k must have shape \(8, 8\) \(out, in\)"):
         multi_head_attention(x, x, x, torch.eye(8), torch.eye(4), torch.eye(8), torch.eye(8), 2)
+    with pytest.raises(ValueError, match=r"w_o must have shape \(d_out, 8\)"):
+        multi_head_attention(x, x, x, torch.eye(8), torch.eye(8), torch.eye(8), torch.eye(4), 2)
