@@ -6,22 +6,76 @@ Every function returns a ``matplotlib.figure.Figure`` built without pyplot's glo
 notebook shows it when it is the cell's last value; a script saves it with ``fig.savefig``), or
 draws into the ``ax`` it is given and returns that axes' figure. Axes carry labels with units.
 
+**Colours, set once here.** Series are told apart by colour *and* by line style and marker, so a
+figure reads on a greyscale print and for the common colour-vision deficiencies: the colours are
+the Okabe-Ito palette (Okabe and Ito, 2008, "Color Universal Design"), designed to stay distinct
+under protanopia, deuteranopia and tritanopia; heatmaps use viridis, whose lightness rises
+monotonically. :func:`series_style` gives the ``i``-th series its colour, line style and marker;
+:func:`use_course_style` makes them pyplot's defaults too (chapters call it in their setup cell,
+so their own ``ax.plot`` calls follow the same cycle).
+
 Example:
     >>> fig = plot_attention(torch.eye(3), ["a", "b", "c"], ["x", "y", "z"])
     >>> fig.axes[0].get_xlabel()
     'source token (key)'
+    >>> series_style(1)
+    {'color': '#D55E00', 'linestyle': '--', 'marker': 's'}
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import matplotlib as mpl
 import numpy as np
 import torch
+from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from course_lib.training import History
+
+#: Okabe-Ito colours, in the order series use them (black and yellow last: black is kept for
+#: references such as "true function", yellow is faint on white).
+PALETTE: tuple[str, ...] = ("#0072B2",  # blue
+                            "#D55E00",  # vermillion
+                            "#009E73",  # bluish green
+                            "#CC79A7",  # reddish purple
+                            "#E69F00",  # orange
+                            "#56B4E9",  # sky blue
+                            "#F0E442",  # yellow
+                            "#000000")  # black
+#: Line styles and markers that tell the series apart without colour (same length as PALETTE).
+LINESTYLES: tuple[Any, ...] = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)),
+                               (0, (1, 3)), (0, (3, 1, 1, 1)))
+MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: The colour map of heatmaps: perceptually uniform, monotonic in lightness, colour-blind safe.
+HEATMAP_CMAP = "viridis"
+
+
+def series_style(i: int) -> dict[str, Any]:
+    """Colour, line style and marker of the ``i``-th series of a plot (cycling after 8)."""
+    k = i % len(PALETTE)
+    return {"color": PALETTE[k], "linestyle": LINESTYLES[k], "marker": MARKERS[k]}
+
+
+def course_rc() -> dict[str, Any]:
+    """The rcParams of the course style: the palette with its line styles as the property cycle.
+
+    Markers are not cycled by default (a training curve of 1000 steps would be a smear of them);
+    the course's plot functions add them where points are sparse.
+    """
+    return {"axes.prop_cycle": cycler(color=list(PALETTE)) + cycler(linestyle=list(LINESTYLES)),
+            "image.cmap": HEATMAP_CMAP}
+
+
+def use_course_style() -> None:
+    """Make the course style matplotlib's defaults (for ``plt.plot`` and ``ax.plot`` in notebooks).
+
+    Called by each chapter's setup cell; :func:`plot_loss_curves` and the other functions here
+    use :func:`series_style` whether or not it was called.
+    """
+    mpl.rcParams.update(course_rc())
 
 
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -62,13 +116,15 @@ def plot_loss_curves(histories: History | Mapping[str, History], ax: Axes | None
         histories = {"training loss": histories}
     fig, ax = _new_axes(ax, (6.0, 3.5))
     for i, (label, hist) in enumerate(histories.items()):
-        color = f"C{i}"
+        style = series_style(i)
         if not hist.train_loss:
             continue
-        ax.plot(hist.steps, hist.train_loss, color=color, alpha=0.25, linewidth=0.8)
-        ax.plot(hist.steps, _moving_average(hist.train_loss, smooth), color=color, label=label)
+        ax.plot(hist.steps, hist.train_loss, color=style["color"], alpha=0.25, linewidth=0.8)
+        ax.plot(hist.steps, _moving_average(hist.train_loss, smooth), label=label,
+                markevery=max(1, len(hist.steps) // 8), markersize=4, **style)
         if val_metric is not None and val_metric in hist.val:
-            ax.plot(hist.val_steps, hist.val[val_metric], "o--", color=color,
+            ax.plot(hist.val_steps, hist.val[val_metric], color=style["color"], linestyle="--",
+                    marker=style["marker"], markerfacecolor="white",
                     label=f"{label} ({val_metric})")
     if log_scale:
         ax.set_yscale("log")
@@ -107,7 +163,7 @@ def plot_attention(weights: torch.Tensor | np.ndarray, query_labels: Sequence[st
         raise ValueError(f"weights of shape {w.shape} need {w.shape[0]} query labels and "
                          f"{w.shape[1]} key labels, got {len(query_labels)} and {len(key_labels)}")
     fig, ax = _new_axes(ax, (min(10.0, 0.3 * w.shape[1] + 2.5), min(8.0, 0.3 * w.shape[0] + 1.8)))
-    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+    image = ax.imshow(w, cmap=HEATMAP_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(w.shape[1]), [repr(k)[1:-1] if k == " " else k for k in key_labels],
                   rotation=90 if max((len(k) for k in key_labels), default=0) > 1 else 0)
     ax.set_yticks(range(w.shape[0]), list(query_labels))
@@ -138,8 +194,8 @@ def plot_accuracy_vs_length(results: Mapping[str, Mapping[int, float]], ax: Axes
     fig, ax = _new_axes(ax, (6.0, 3.5))
     for i, (name, by_length) in enumerate(results.items()):
         lengths = sorted(by_length)
-        ax.plot(lengths, [100.0 * by_length[n] for n in lengths], "o-", color=f"C{i}",
-                label=name, markersize=3)
+        ax.plot(lengths, [100.0 * by_length[n] for n in lengths], label=name, markersize=4,
+                **series_style(i))
     if train_range is not None:
         ax.axvspan(train_range[0], train_range[1], color="grey", alpha=0.1,
                    label="lengths seen in training")
@@ -169,7 +225,9 @@ def plot_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, x_query
     if truth is not None:
         ax.plot(x_query.cpu(), truth.cpu(), "k--", linewidth=1, label="true function")
     for i, (label, pred) in enumerate(predictions.items()):
-        ax.plot(x_query.cpu(), pred.detach().cpu(), color=f"C{i}", label=label)
+        style = series_style(i)
+        ax.plot(x_query.cpu(), pred.detach().cpu(), color=style["color"],
+                linestyle=style["linestyle"], label=label)
     ax.set_xlabel("x (query / key, no unit)")
     ax.set_ylabel("y (value, no unit)")
     ax.grid(True, alpha=0.3)
