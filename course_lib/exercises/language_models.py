@@ -402,7 +402,7 @@ def _top_p_cases() -> list[Case]:
     def boundary32() -> dict[str, Any]:
         # probabilities 0.65, 0.3, 0.05: p = 0.95 is reached exactly by the first two (their
         # float32 sum rounds below 0.95)
-        return {"logits": torch.tensor([[0.3, 0.05, 0.65], [0.65, 0.3, 0.05]], dtype=f32).log(),
+        return {"logits": torch.tensor([[0.3, 0.65, 0.05], [0.65, 0.3, 0.05]], dtype=f32).log(),
                 "p": 0.95}
 
     def boundary32_first() -> dict[str, Any]:
