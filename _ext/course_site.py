@@ -26,6 +26,7 @@ without a build.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import shutil
 from dataclasses import dataclass
@@ -320,6 +321,32 @@ def serve_colab_copies(app: Sphinx, exception: Exception | None) -> None:
         shutil.copyfile(_srcdir(app) / copy, served)
 
 
+def redirect_page(target: str, title: str, favicon: str | None) -> str:
+    """The site's ``index.html`` when the root page has another name: a redirect a browser and a
+    reader both follow (with the site's icon, so the browser does not ask for /favicon.ico).
+
+    >>> print(redirect_page("intro.html", "A & B", None).splitlines()[3])
+    <title>A &amp; B</title>
+    """
+    icon = f'<link rel="icon" href="{html.escape(favicon)}">\n' if favicon else ""
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
+            f"<title>{html.escape(title)}</title>\n<meta charset=\"utf-8\">\n{icon}"
+            f'<meta http-equiv="Refresh" content="0; url={html.escape(target)}">\n</head>\n'
+            f'<body><p><a href="{html.escape(target)}">{html.escape(title)}</a></p></body>\n'
+            "</html>\n")
+
+
+def write_index_redirect(app: Sphinx, exception: Exception | None) -> None:
+    """Before sphinx-external-toc writes its bare redirect (it only writes a missing one)."""
+    if exception is not None or app.builder.name != "html" or "index" in app.env.found_docs:
+        return
+    favicon = app.config.html_favicon
+    icon = f"_static/{PurePosixPath(str(favicon)).name}" if favicon else None
+    target = app.builder.get_target_uri(app.config.root_doc)
+    (Path(app.outdir) / "index.html").write_text(
+        redirect_page(target, app.config.html_title or app.config.project, icon), encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------------------
 # Sphinx: the chapters' main figures (collected when a chapter is read).
 # ---------------------------------------------------------------------------------------------
@@ -558,4 +585,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", point_buttons_at_colab_copy, priority=502)
     app.connect("html-page-context", drop_duplicate_scripts)
     app.connect("build-finished", serve_colab_copies)
+    app.connect("build-finished", write_index_redirect, priority=400)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

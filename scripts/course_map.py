@@ -1,8 +1,10 @@
 """Draw the course map: which chapter builds on which (``_figures/course-map.svg``).
 
 The graph comes from ``_data/chapters.yml`` (``needs``). Chapters are placed in columns by depth
-(a chapter sits one column right of the deepest chapter it needs); an arrow that skips columns
-arcs above the boxes it passes. The SVG is written by hand, deterministically, so that a test can
+(a chapter sits one column right of the deepest chapter it needs). Arrows are the transitive
+reduction of ``needs``: "3 needs 1" is not drawn when 3 needs 2 and 2 needs 1, because following
+the arrows already says so. An arrow that skips columns arcs above the boxes it passes, higher
+the more it skips. The SVG is written by hand, deterministically, so that a test can
 check the committed file against the data (``--check``).
 
     python scripts/course_map.py           # write _figures/course-map.svg
@@ -48,8 +50,30 @@ def depths(chapters: Sequence[dict[str, Any]]) -> dict[str, int]:
     return column
 
 
-def layout(chapters: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Top-left corner of each chapter's box."""
+def direct_edges(chapters: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(needed, chapter)`` pairs not implied by a longer chain of needs.
+
+    >>> direct_edges([{"slug": "a", "needs": []}, {"slug": "b", "needs": ["a"]},
+    ...               {"slug": "c", "needs": ["a", "b"]}])
+    [('a', 'b'), ('b', 'c')]
+    """
+    needs = {c["slug"]: set(c["needs"]) for c in chapters}
+
+    def reachable(start: str) -> set[str]:
+        seen, stack = set(), list(needs[start])
+        while stack:
+            slug = stack.pop()
+            if slug not in seen:
+                seen.add(slug)
+                stack.extend(needs[slug])
+        return seen
+
+    return [(need, c["slug"]) for c in chapters for need in c["needs"]
+            if not any(need in reachable(other) for other in c["needs"] if other != need)]
+
+
+def layout(chapters: Sequence[dict[str, Any]], top: int = MARGIN) -> dict[str, tuple[int, int]]:
+    """Top-left corner of each chapter's box (the first row at ``top``)."""
     column = depths(chapters)
     rows: dict[int, int] = {}
     corner = {}
@@ -57,19 +81,23 @@ def layout(chapters: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
         c = column[chapter["slug"]]
         r = rows.get(c, 0)
         rows[c] = r + 1
-        corner[chapter["slug"]] = (MARGIN + c * (BOX_W + GAP_X), MARGIN + ARC + r * (BOX_H + GAP_Y))
+        corner[chapter["slug"]] = (MARGIN + c * (BOX_W + GAP_X), top + r * (BOX_H + GAP_Y))
     return corner
 
 
 def svg(chapters: Sequence[dict[str, Any]]) -> str:
     """The map as an SVG document (a title and a description for screen readers included)."""
-    corner = layout(chapters)
     column = depths(chapters)
+    edges = direct_edges(chapters)
+    arcs = any(column[b] - column[a] > 1 for a, b in edges)
+    corner = layout(chapters, MARGIN + (ARC if arcs else 0))
     width = max(x for x, _ in corner.values()) + BOX_W + MARGIN
     height = max(y for _, y in corner.values()) + BOX_H + MARGIN
     numbers = {c["slug"]: int(c["slug"].split("-", 1)[0]) for c in chapters}
-    edges = [(need, c["slug"]) for c in chapters for need in c["needs"]]
-    described = "; ".join(f"chapter {numbers[b]} builds on chapter {numbers[a]}" for a, b in edges)
+    described = "; ".join(f"chapter {numbers[c['slug']]} builds on chapter"
+                          f"{'s' if len(c['needs']) > 1 else ''} "
+                          f"{', '.join(str(numbers[n]) for n in c['needs'])}"
+                          for c in chapters if c["needs"])
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="title desc">',
            '<title id="title">Course map: which chapter builds on which</title>',
@@ -84,7 +112,8 @@ def svg(chapters: Sequence[dict[str, Any]]) -> str:
             out.append(f'<path d="M {ax + BOX_W} {ay + BOX_H // 2} L {bx} {by + BOX_H // 2}" '
                        'marker-end="url(#arrow)"/>')
         else:  # skips a column on the same row: arc over the boxes in between
-            x0, x1, top = ax + BOX_W // 2, bx + BOX_W // 2, ay - ARC + 4
+            span = column[b] - column[a]
+            x0, x1, top = ax + BOX_W // 2, bx + BOX_W // 2, ay - min(ARC - 4, 12 * span)
             out.append(f'<path d="M {x0} {ay} C {x0} {top}, {x1} {top}, {x1} {by}" '
                        'stroke-dasharray="6 3" marker-end="url(#arrow)"/>')
     out.append('</g>')

@@ -178,9 +178,10 @@ class Chromium:
                 self.events.append(message)
         raise BrowserError(f"{method}: no answer within {self.timeout:.0f} s")
 
-    def wait_for(self, event: str) -> None:
+    def wait_for(self, event: str, count: int = 1) -> None:
+        """Until ``count`` events named ``event`` arrived since the last ``load``."""
         deadline = time.monotonic() + self.timeout
-        while not any(e["method"] == event for e in self.events):
+        while sum(e["method"] == event for e in self.events) < count:
             if time.monotonic() > deadline:
                 raise BrowserError(f"no {event} within {self.timeout:.0f} s")
             self.events.append(json.loads(self.ws.recv()))
@@ -197,7 +198,18 @@ class Chromium:
         self.events.clear()
         self.call("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
-        report = PageReport(url=url, info=self.evaluate(_INSPECT))
+        for loads in range(2, 5):  # a redirect page navigates on: inspect where it lands
+            try:
+                info = self.evaluate(_INSPECT)
+                break
+            except BrowserError as err:
+                if "navigated" not in str(err):
+                    raise
+                self.wait_for("Page.loadEventFired", count=loads)
+        else:
+            raise BrowserError(f"{url} kept navigating")
+        info["final_url"] = self.evaluate("location.href")
+        report = PageReport(url=url, info=info)
         time.sleep(0.2)  # let late console messages and requests arrive
         self.call("Runtime.evaluate", expression="0")
         statuses: dict[str, int] = {}

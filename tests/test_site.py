@@ -48,6 +48,7 @@ site_ext = _module("course_site", ROOT / "_ext" / "course_site.py")
 links = _module("check_links", ROOT / "scripts" / "check_links.py")
 browser_mod = _module("site_browser", ROOT / "scripts" / "site_browser.py")
 course_map = _module("course_map", ROOT / "scripts" / "course_map.py")
+gpu_record = _module("record_gpu_runtimes", ROOT / "scripts" / "record_gpu_runtimes.py")
 
 
 def toc_chapters() -> list[str]:
@@ -59,12 +60,12 @@ def toc_chapters() -> list[str]:
 
 # ------------------------------------------------------------------ fast: the extension's logic
 
-@pytest.mark.parametrize("module", [site_ext, links, browser_mod, course_map],
+@pytest.mark.parametrize("module", [site_ext, links, browser_mod, course_map, gpu_record],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
-    if module in (site_ext, course_map):
+    if module in (site_ext, course_map, gpu_record):
         assert result.attempted > 0
 
 
@@ -148,6 +149,17 @@ def test_gpu_runtimes_are_validated_and_shown_honestly() -> None:
         site_ext.parse_gpu_runtimes({"chapters": {"01-a": {"seconds": 3}}})
     with pytest.raises(ValueError, match="'chapters'"):
         site_ext.parse_gpu_runtimes([])
+
+
+def test_recorded_gpu_run_is_what_the_page_reads() -> None:
+    data = gpu_record.merge_run({"about": "x", "chapters": {"02-b": {
+        "seconds": 5.0, "device": "old", "date": "2026-01-01", "notebook_sha256": "0"}}},
+        "01-a", 7.26, "NVIDIA H200", "2026-11-23", "f" * 64)
+    runs = site_ext.parse_gpu_runtimes(data)
+    assert list(data["chapters"]) == ["01-a", "02-b"] and data["about"] == "x"
+    assert runs["01-a"] == site_ext.GpuRun(7.3, "NVIDIA H200", "2026-11-23", "f" * 64)
+    with pytest.raises(ValueError, match="positive"):
+        gpu_record.merge_run(data, "01-a", 0.0, "GPU", "2026-11-23", "f")
 
 
 def test_cpu_column_says_why_a_time_is_missing() -> None:
@@ -335,6 +347,14 @@ def test_launch_and_download_buttons_open_notebooks_of_the_repository(visit: dic
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("book")
+def test_the_site_root_leads_to_the_landing_page(visit: dict) -> None:
+    root = visit["pages"]["index.html"]
+    assert root.info["final_url"] == visit["base"] + "intro.html"
+    assert not root.console_errors and not root.failed_requests
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
 def test_a_screenshot_of_every_page_is_kept(visit: dict) -> None:
     for page, report in visit["pages"].items():
         assert report.screenshot is not None and report.screenshot.stat().st_size > 10_000, page
@@ -361,7 +381,7 @@ def test_landing_page_maps_every_chapter_with_its_figure_and_times(built_book: P
         assert thumb, f"{entry.slug}: thumbnail of its main figure"
         assert (built_book / thumb.group(1)).is_file()
     assert site_ext.NOT_EXECUTED not in html, "the build recorded every chapter's run time"
-    assert 'alt="The chapters as a graph' in html and "course-map.svg" in html
+    assert 'alt="The course map: one box per chapter' in html and "course-map.svg" in html
     runtimes = (built_book / "runtimes.html").read_text()
     assert site_ext.NOT_EXECUTED not in runtimes
     assert len(re.findall(r"\d+ s</p>", runtimes)) >= len(entries)
