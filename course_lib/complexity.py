@@ -38,10 +38,14 @@ Kind = Literal["gru", "lstm", "attention"]
 KINDS: tuple[str, ...] = ("gru", "lstm", "attention")
 
 
-def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
+              clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
 
-    CUDA work is synchronised before the clock stops.
+    ``clock`` is wall-clock time by default. On a shared CPU, pass ``time.process_time`` (the
+    CPU time of this process, all its threads) with ``torch.set_num_threads(1)``: it counts the
+    work done, not the time spent waiting for a core. CUDA work is synchronised before the clock
+    stops.
 
     Example:
         >>> time_call(lambda: sum(range(1000)), repeats=3) > 0
@@ -55,10 +59,10 @@ def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
     times = []
     for _ in range(repeats):
         sync()
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
@@ -172,8 +176,10 @@ class Measurement:
 @torch.no_grad()
 def measure(kind: Kind, ns: Sequence[int], d: int, *, batch: int = 1, repeats: int = 3,
             device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-            seed: int = 0) -> Measurement:
+            seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> Measurement:
     """Time and peak memory of a forward pass (no gradients) of :func:`make_layer` against ``n``.
+
+    ``clock`` as in :func:`time_call`.
 
     Example:
         >>> m = measure("gru", [8, 16], d=4, repeats=1)
@@ -189,7 +195,7 @@ def measure(kind: Kind, ns: Sequence[int], d: int, *, batch: int = 1, repeats: i
     result = Measurement(kind, d, list(ns))
     for n in ns:
         x = torch.randn(batch, n, d, generator=g, dtype=dtype).to(device)
-        result.seconds.append(time_call(lambda: layer(x), repeats=repeats))
+        result.seconds.append(time_call(lambda: layer(x), repeats=repeats, clock=clock))
         result.peak_bytes.append(peak_memory(lambda: layer(x), device))
     return result
 

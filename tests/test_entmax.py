@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
@@ -59,7 +61,8 @@ def test_bisection_special_cases() -> None:
 @pytest.mark.parametrize("fn", [sparsemax, entmax15, lambda z: entmax_bisect(z, 1.3),
                                 lambda z: entmax_bisect(z, 3.0)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_distribution_with_exact_zeros(fn, kind: str) -> None:  # noqa: ANN001
+def test_distribution_with_exact_zeros(fn: Callable[[torch.Tensor], torch.Tensor],
+                                      kind: str) -> None:
     z = _inputs(kind, 1)
     p = fn(z)
     assert (p >= 0).all()

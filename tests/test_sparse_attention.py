@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
@@ -15,7 +17,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
 
 
-def _brute(n: int, rule) -> torch.Tensor:  # noqa: ANN001  the pattern written out loop by loop
+def _brute(n: int, rule: Callable[[int, int], bool]) -> torch.Tensor:
+    """The pattern written out pair by pair, as its definition reads."""
     return torch.tensor([[bool(rule(i, j)) for j in range(n)] for i in range(n)])
 
 
