@@ -75,6 +75,18 @@ def test_dot_products_depend_on_the_offset_only() -> None:
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal))
 
 
+def test_dot_products_are_a_sum_of_cosines_that_oscillates() -> None:
+    """PE_t . PE_(t+s) = sum_i cos(omega_i s): largest at s = 0, but not monotone in |s|."""
+    d = 64
+    pe = sinusoidal_encoding(256, d, dtype=torch.float64)
+    similarity = pe @ pe[0]
+    s = torch.arange(256, dtype=torch.float64)
+    expected = torch.cos(s[:, None] * frequencies(d)[None, :]).sum(-1)
+    torch.testing.assert_close(similarity, expected)
+    assert similarity[0] == d / 2 and (similarity[1:] < d / 2).all()
+    assert (similarity[1:] > similarity[:-1]).any(), "it rises again somewhere: not monotone"
+
+
 def test_odd_d_model_is_an_error() -> None:
     with pytest.raises(ValueError, match="d_model must be a positive even number; got d_model=5"):
         sinusoidal_encoding(4, 5)
