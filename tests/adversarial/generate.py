@@ -8,6 +8,7 @@ runs on chapter 1 when it exists and on the test fixture chapter before that.
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -32,6 +33,59 @@ class Submission:
     why: str
     invalid: bool = False
     extra: dict = field(default_factory=dict)
+
+
+def renamed_copy(source: str) -> str:
+    """``source`` disguised as a copier would: every local name renamed, docstrings and comments
+    dropped, the layout redone (``ast.unparse``). Top-level function names and their parameters
+    stay, since the grader calls the function by name with keyword arguments.
+
+    Example:
+        >>> print(renamed_copy('def f(x):\\n    "Doc."\\n    total = x + 1  # one more\\n    return total'))
+        def f(x):
+            v0_total = x + 1
+            return v0_total
+        <BLANKLINE>
+    """
+    tree = ast.parse(source)
+    keep: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            keep.add(node.name)
+            args = node.args
+            keep |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+            keep |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    local: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local.add(node.id)
+        elif isinstance(node, ast.arg):
+            local.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local.add(node.name)
+    names = {old: f"v{i}_{old}" for i, old in enumerate(sorted(local - keep))}
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            node.id = names.get(node.id, node.id)
+            return node
+
+        def visit_arg(self, node: ast.arg) -> ast.arg:
+            node.arg = names.get(node.arg, node.arg)
+            return node
+
+        def _def(self, node):
+            node.name = names.get(node.name, node.name)
+            if (node.body and isinstance(node.body[0], ast.Expr)
+                    and isinstance(node.body[0].value, ast.Constant)
+                    and isinstance(node.body[0].value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+            self.generic_visit(node)
+            return node
+
+        visit_FunctionDef = visit_AsyncFunctionDef = _def
+
+    return ast.unparse(ast.fix_missing_locations(Rename().visit(tree))) + "\n"
 
 
 def _solution_text(source_cell: str) -> str:

@@ -1,0 +1,241 @@
+"""The similarity report (autograder/similarity.py): copies are flagged, independent work is not.
+
+Fast: no notebook runs. The documents are chapter 1's real beam_search exercise: the chapter's
+own solution, a differently structured correct solution (below, checked against the hidden
+tests), a renamed copy of course_lib's reference, and a renamed copy of a classmate's solution.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import similarity
+from autograder.chapter_spec import load_chapter_spec
+from autograder.paths import Chapter, find_chapters
+from tests.adversarial.generate import _solution_text, renamed_copy
+
+# A correct beam search written differently from both the chapter's solution (a list of
+# candidates sorted each step) and course_lib's (tensors and topk): dictionaries of sequences.
+DIFFERENT_BEAM_SEARCH = '''
+def beam_search(step, prompt, beam_width, max_new_tokens, eos_id):
+    """Return (tokens (t0 + n,), score) of the best hypothesis found with a beam of beam_width."""
+    start = prompt.reshape(-1).tolist()
+    live = {tuple(start): 0.0}
+    ended = {}
+    out_dtype = torch.float32
+    steps = 0
+    while steps < max_new_tokens and live:
+        pool = dict(ended)
+        for seq, total in live.items():
+            row = F.log_softmax(step(torch.tensor(seq, device=prompt.device).unsqueeze(0)), dim=-1)
+            out_dtype = row.dtype
+            for tok, value in enumerate(row.squeeze(0).tolist()):
+                pool[seq + (tok,)] = total + value
+        ranked = sorted(pool.items(), key=lambda item: item[1], reverse=True)[:beam_width]
+        live = {s: v for s, v in ranked if s[-1] != eos_id or len(s) == len(start)}
+        ended = {s: v for s, v in ranked if s not in live}
+        steps += 1
+    best_seq, best_score = max({**live, **ended}.items(), key=lambda item: item[1])
+    return torch.tensor(best_seq, device=prompt.device), torch.tensor(best_score, dtype=out_dtype)
+'''
+
+EXERCISE = "seq2seq.beam_search"
+
+
+@pytest.fixture(scope="module")
+def chapter1():
+    chapters = [c for c in find_chapters() if c.name.startswith("01-")]
+    if not chapters:
+        pytest.skip("chapter 1 has no source notebook")
+    ch: Chapter = chapters[0]
+    spec = load_chapter_spec(ch.name, ch.exercise_chapter, ch.source, ch.release)
+    source = nbformat.read(ch.source, as_version=4)
+    solutions = {c.metadata.get("nbgrader", {}).get("grade_id"): _solution_text(c.source)
+                 for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    exercise = next(ex for ex in spec.exercises if ex.exercise_id == EXERCISE)
+    return {"chapter": ch, "spec": spec, "solutions": solutions, "exercise": exercise,
+            "reference": similarity.reference_code(spec)[EXERCISE]}
+
+
+def _flagged(chapter1, students: dict[str, str]) -> set[tuple[str, str]]:
+    ex = chapter1["exercise"]
+    flags, _ = similarity.compare_exercise(EXERCISE, students, chapter1["reference"],
+                                           ex.release_stub)
+    report = similarity.SimilarityReport(flags, {}, {})
+    return {(a, b) for _, a, b in similarity.flagged_pairs(report)}
+
+
+def test_the_different_solution_is_correct() -> None:
+    """The independently written solution really solves the exercise (every hidden case)."""
+    import torch
+    import torch.nn.functional as F
+
+    from course_lib import grading
+
+    namespace = {"torch": torch, "F": F}
+    exec(DIFFERENT_BEAM_SEARCH, namespace)
+    results = grading.evaluate(EXERCISE, namespace["beam_search"])
+    assert grading.format_failures(EXERCISE, results) is None
+
+
+def test_renamed_copies_are_flagged_independent_solutions_are_not(chapter1) -> None:
+    ref_label, ref_source = chapter1["reference"]
+    students = {
+        "chapter-solution": chapter1["solutions"]["beam_search"],
+        "different": DIFFERENT_BEAM_SEARCH,
+        "copies-reference": renamed_copy(ref_source),
+        "copies-classmate": renamed_copy(DIFFERENT_BEAM_SEARCH),
+    }
+    assert "def beam_search" in students["copies-reference"]
+    assert _flagged(chapter1, students) == {
+        tuple(sorted(("copies-reference", ref_label))),
+        ("copies-classmate", "different"),
+    }
+
+
+def test_a_copy_with_extra_code_and_reordered_lines_is_still_flagged(chapter1) -> None:
+    """Padding a copy with code of one's own lowers its share, not the original's; moving
+    independent lines keeps most shared runs."""
+    padding = "\n".join(f"    unused_{i} = [k * {i} for k in range(3)]" for i in range(12))
+    padded = renamed_copy(DIFFERENT_BEAM_SEARCH).replace("    v", padding + "\n    v", 1)
+    lines = DIFFERENT_BEAM_SEARCH.split("\n")
+    k = lines.index("    ended = {}")  # then out_dtype = ..., steps = 0: independent lines
+    moved = lines[:k] + lines[k + 1:k + 3] + [lines[k]] + lines[k + 3:]
+    reordered = renamed_copy("\n".join(moved))
+    assert reordered != renamed_copy(DIFFERENT_BEAM_SEARCH)
+    flags = _flagged(chapter1, {"different": DIFFERENT_BEAM_SEARCH, "padded": padded,
+                                "reordered": reordered})
+    assert {("different", "padded"), ("different", "reordered")} <= flags
+
+
+def test_short_solutions_and_blank_stubs_are_never_flagged(chapter1) -> None:
+    """Everyone writes the same short solution: that is not evidence of copying."""
+    spec, solutions = chapter1["spec"], chapter1["solutions"]
+    lengths = {ex.exercise_id: similarity.normalised_length(solutions[ex.solution_grade_id],
+                                                           ex.release_stub)
+               for ex in spec.exercises}
+    ex = min((e for e in spec.exercises if lengths[e.exercise_id] > 0),
+             key=lambda e: lengths[e.exercise_id])
+    assert lengths[ex.exercise_id] < similarity.MIN_SHARED, "chapter 1 has no short solution"
+    short = solutions[ex.solution_grade_id]
+    students = {f"s{i}": short for i in range(5)} | {"stub": ex.release_stub}
+    flags, compared = similarity.compare_exercise(ex.exercise_id, students, None, ex.release_stub)
+    assert flags == [] and compared == 6
+
+
+def test_every_long_enough_reference_copy_is_flagged(chapter1) -> None:
+    """For each exercise of chapter 1: a renamed copy of course_lib's reference is flagged (when
+    it is long enough to tell), the chapter's own solution and the blank stub are not."""
+    spec, solutions = chapter1["spec"], chapter1["solutions"]
+    references = similarity.reference_code(spec)
+    checked = 0
+    for ex in spec.exercises:
+        label, source = references[ex.exercise_id]
+        copy = renamed_copy(source)
+        students = {"own": solutions[ex.solution_grade_id], "copy": copy, "stub": ex.release_stub}
+        flags, _ = similarity.compare_exercise(ex.exercise_id, students, (label, source),
+                                               ex.release_stub)
+        pairs = {(f.a.label, f.b.label if f.b else None) for f in flags}
+        if similarity.normalised_length(copy, ex.release_stub) >= similarity.MIN_SHARED:
+            assert pairs == {("copy", label)}, f"{ex.exercise_id}: {pairs}"
+            checked += 1
+        else:
+            assert pairs == set(), f"{ex.exercise_id}: {pairs}"
+    assert checked >= 3, "too few exercises of chapter 1 are long enough to check"
+
+
+def test_a_new_layout_and_annotations_do_not_hide_a_copy() -> None:
+    """Parentheses, line breaks, quotes, trailing commas, type hints and comments differ: the
+    layout is made canonical before the names are normalised."""
+    original = '''
+def step(x, w_q, w_k, w_v, cache_k, cache_v):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    cache_k = torch.cat([cache_k, k[:, None]], dim=1)
+    cache_v = torch.cat([cache_v, v[:, None]], dim=1)
+    y = attend(q[:, None], cache_k, cache_v)
+    return y[:, 0], cache_k, cache_v
+'''
+    disguised = '''
+def step(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+         cache_k: torch.Tensor, cache_v: torch.Tensor,) -> tuple:
+    "My own step."
+    (query, key, value) = (x @ w_q.T,  # the projections
+                           x @ w_k.T, x @ w_v.T)
+    new_k: torch.Tensor = torch.cat(
+        [cache_k, key[:, None],], dim=1)
+    new_v = torch.cat([cache_v, value[:, None]],
+                      dim=1)
+    out = attend(query[:, None], new_k, new_v)
+    return (out[:, 0], new_k, new_v)
+'''
+    assert similarity.canonical(original) != similarity.canonical(disguised)  # names differ
+    flags, _ = similarity.compare_exercise("t.step", {"a": original, "b": disguised}, None)
+    assert [(f.kind, f.a.owners) for f in flags] == [("identical", ["a", "b"])]
+
+
+def test_identical_copies_are_one_group(chapter1) -> None:
+    solution = chapter1["solutions"]["beam_search"]
+    students = {"ann": solution, "bob": solution.replace("    ", "  "), "cy": "# mine\n" + solution,
+                "dee": DIFFERENT_BEAM_SEARCH}
+    ex = chapter1["exercise"]
+    flags, _ = similarity.compare_exercise(EXERCISE, students, chapter1["reference"],
+                                           ex.release_stub)
+    assert [(f.kind, f.a.owners) for f in flags] == [("identical", ["ann", "bob", "cy"])]
+
+
+def test_student_code_is_what_the_grader_runs(chapter1) -> None:
+    ch, spec = chapter1["chapter"], chapter1["spec"]
+    release = nbformat.read(ch.release, as_version=4)
+    assert similarity.student_code(spec, release) == {}  # every exercise left as released
+    for cell in release.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "beam_search" \
+                and cell.metadata["nbgrader"].get("solution"):
+            cell.source = DIFFERENT_BEAM_SEARCH
+    assert similarity.student_code(spec, release) == {EXERCISE: DIFFERENT_BEAM_SEARCH}
+
+
+def test_reference_code_is_course_libs_source(chapter1) -> None:
+    label, source = chapter1["reference"]
+    assert label == "course_lib: decoding.beam_search"
+    assert source.lstrip().startswith(("@torch.no_grad()", "def beam_search"))
+
+
+def test_report_shows_both_codes_side_by_side_escaped(chapter1, tmp_path: Path) -> None:
+    spec = chapter1["spec"]
+    hostile = DIFFERENT_BEAM_SEARCH.replace("steps = 0", "steps = 0  # </pre><script>x()</script>")
+    copier = renamed_copy(DIFFERENT_BEAM_SEARCH) + "\n\ndef longest(seqs):\n    return max(seqs, key=len)\n"
+    students = {"a<b>": hostile, "copier": copier,
+                "other": chapter1["solutions"]["beam_search"]}
+    report = similarity.analyse(spec, {sid: {EXERCISE: code} for sid, code in students.items()})
+    assert [(f.kind, f.a.owners, f.b.owners) for f in report.flags] == [
+        ("classmates", ["a<b>"], ["copier"])]
+    other = next(ex.exercise_id for ex in spec.exercises if ex.exercise_id != EXERCISE)
+    assert report.compared[EXERCISE] == 3 and report.compared[other] == 0
+    similarity.write_report(tmp_path, spec, report)
+    page = (tmp_path / "similarity.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page and "a&lt;b&gt;" in page
+    pair = page[page.index("class='pair'"):]
+    # both codes as compared (shared runs marked), and each as written (folded)
+    assert pair.count("<pre>") == 4 and pair.count("<details>") == 2 and "<mark>" in pair
+    assert "# &lt;/pre&gt;&lt;script&gt;x()&lt;/script&gt;" in pair  # the comment, as written
+    text = html.unescape(re.sub(r"</?mark>", "", pair))
+    assert "ranked = sorted(pool.items()" in text and "_ranked = sorted(v6_pool.items()" in text
+    with open(tmp_path / "similarity.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["exercise"], r["kind"], r["students_a"], r["students_b"]) for r in rows] == [
+        ("beam_search", "classmates", "a<b>", "copier")]
+    assert float(rows[0]["share_a"]) >= similarity.THRESHOLD
+
+
+def test_hostile_documents_do_not_break_the_comparison() -> None:
+    """Code that does not tokenise as Python, NUL bytes, a huge cell: compared, never fatal."""
+    students = {"nul": "def f(x):\n    return x\x00\x00" * 50, "bytes": "\udcff" * 1000,
+                "huge": "x = 1\n" * 200_000, "empty": ""}
+    flags, compared = similarity.compare_exercise("t.f", students, None)
+    assert compared == 4 and all(f.kind == "identical" or f.b is not None for f in flags)
