@@ -1,98 +1,75 @@
-"""Graded exercises of chapter 3, "The Transformer": references, hidden cases, points.
+"""Graded exercises of chapter 3, "The Transformer": per exercise its reference, cases and slips.
 
-Every exercise is solvable with torch alone. The reference-call guard fails a solution that calls
-course_lib's implementation of any exercise of this chapter: the references below, the modules
-they wrap (:class:`~course_lib.transformer.FeedForward`, :class:`~course_lib.transformer.EncoderLayer`,
-:class:`~course_lib.multihead.MultiHeadAttention`, ...) and the mask, loss and parameter-count
-helpers of :mod:`course_lib.transformer`.
+In notebook order; the ``EXERCISES`` registry is at the end. Every exercise is solvable with torch
+alone, and calling course_lib's implementation of any of them (the references below, the modules
+they wrap, chapter 2's attention) fails the exercise. Weights are in ``nn.Linear``'s layout,
+``y = x W^T + b`` with ``W`` shaped ``(out, in)``; hidden cases use non-square, non-symmetric
+random weights, so a transposed weight changes the output.
 
-Hidden cases are built from seeded ``torch.Generator`` s on the CPU; they cover several shapes,
-batch size 1, float32 and float64, and masks or padding where they apply. A mismatch is explained,
-where a common slip explains it, by recomputing the slip (``_slips``) and naming it; slips may call
-the references, since ``diagnose`` runs outside the guard.
+Cases are built on the CPU with torch and ``_common``'s seeded helpers alone. Slips (the common
+mistakes) are torch-only wrong implementations: they never call a reference.
+
+``mask_tokens`` is random, so it is graded by its properties, not its draws:
+:func:`mask_tokens_properties` runs the student's function over many seeded draws and returns
+plain verdicts (labels only where selected, special positions never selected, the selected
+fraction and the 80/10/10 split within five standard errors), which the reference also meets.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import math
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from course_lib import grading
-from course_lib import transformer as tf
-from course_lib.grading import Case, Exercise
-from course_lib.multihead import MultiHeadAttention
+from course_lib import attention, lm, multihead, transformer
+from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
+from course_lib.grading import Case, Exercise, Slip, answer_case, choice
 
 Inputs = Callable[[], dict[str, Any]]
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
-    # Drawn in float64 and cast, so the float32 and float64 cases share one stream of values.
-    return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
-
-
-def _slips(*slips: tuple[str, Callable[..., Any]]
-           ) -> Callable[[Mapping[str, Any], Any, Any], str | None]:
-    """A ``diagnose``: the message of the first slip whose output matches the student's."""
-
-    def diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-        for message, slip in slips:
-            try:
-                alt = grading.to_plain(slip(**inputs))
-            except Exception:  # the slip does not apply to these inputs
-                continue
-            if grading.compare_plain(got, alt) is None:
-                return message
-        return None
-
-    return diagnose
-
-
-# --------------------------------------------------------------------------------------------
-# 1. feed_forward
-# --------------------------------------------------------------------------------------------
+# 1. feed_forward -----------------------------------------------------------------------------
 
 
 def feed_forward(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
                  b2: torch.Tensor) -> torch.Tensor:
-    """Reference: ``relu(x W1^T + b1) W2^T + b2`` through :class:`~course_lib.transformer.FeedForward`."""
+    """Reference: ``relu(x w1^T + b1) w2^T + b2`` through :class:`~course_lib.transformer.FeedForward`."""
     d_ff, d = w1.shape
-    ff = tf.FeedForward(d, d_ff).to(x.dtype)
+    ff = transformer.FeedForward(d, d_ff).to(x.dtype)
     with torch.no_grad():
-        ff.linear1.weight.copy_(w1)
-        ff.linear1.bias.copy_(b1)
-        ff.linear2.weight.copy_(w2)
-        ff.linear2.bias.copy_(b2)
+        for lin, w, b in ((ff.linear1, w1, b1), (ff.linear2, w2, b2)):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
         return ff(x)
 
 
 def _feed_forward_cases() -> list[Case]:
     def build(seed: int, lead: tuple[int, ...], d: int, d_ff: int, dtype: torch.dtype) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            g = _gen(seed)
-            return {"x": _randn(g, *lead, d, dtype=dtype),
-                    "w1": _randn(g, d_ff, d, dtype=dtype, scale=d ** -0.5),
-                    "b1": _randn(g, d_ff, dtype=dtype, scale=0.1),
-                    "w2": _randn(g, d, d_ff, dtype=dtype, scale=d_ff ** -0.5),
-                    "b2": _randn(g, d, dtype=dtype, scale=0.1)}
-        return inputs
+        return lambda: {"x": randn(seed, *lead, d, dtype=dtype),
+                        "w1": randn(seed + 1, d_ff, d, dtype=dtype, scale=d ** -0.5),
+                        "b1": randn(seed + 2, d_ff, dtype=dtype, scale=0.1),
+                        "w2": randn(seed + 3, d, d_ff, dtype=dtype, scale=d_ff ** -0.5),
+                        "b2": randn(seed + 4, d, dtype=dtype, scale=0.1)}
 
-    return [
-        Case("float32, (batch, length, d)", build(101, (2, 5), 8, 32, torch.float32)),
-        Case("float64, batch size 1", build(102, (1, 3), 4, 6, torch.float64)),
-        Case("float32, a 2-D input (length, d)", build(103, (7,), 6, 24, torch.float32)),
-        Case("float64, 4-D input", build(104, (2, 3, 2), 5, 7, torch.float64)),
-    ]
+    return [Case("float32, (batch, length, d)", build(100, (2, 5), 8, 32, f32)),
+            Case("float64, batch size 1", build(110, (1, 3), 4, 6, f64)),
+            Case("float32, a 2-D input (length, d)", build(120, (7,), 6, 24, f32)),
+            Case("float64, 4-D input", build(130, (2, 3, 2), 5, 7, f64))]
 
 
-# --------------------------------------------------------------------------------------------
-# 2. layer_norm
-# --------------------------------------------------------------------------------------------
+_FEED_FORWARD_SLIPS = (
+    Slip("the ReLU between the two linear maps is missing",
+         lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2),
+    Slip("b1 is missing: it goes inside the ReLU, relu(x @ w1.T + b1)",
+         lambda x, w1, b1, w2, b2: torch.relu(x @ w1.T) @ w2.T + b2),
+    Slip("b2 is missing: add it after the second map",
+         lambda x, w1, b1, w2, b2: torch.relu(x @ w1.T + b1) @ w2.T),
+)
+
+
+# 2. layer_norm -------------------------------------------------------------------------------
 
 
 def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
@@ -101,440 +78,525 @@ def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
 
 
-def _layer_norm_unbiased(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
-                         eps: float = 1e-5) -> torch.Tensor:
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(x.var(-1, keepdim=True, unbiased=True) + eps) * gamma + beta
-
-
-def _layer_norm_eps_outside(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
-                            eps: float = 1e-5) -> torch.Tensor:
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps) * gamma + beta
-
-
-def _layer_norm_no_affine(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
-                          eps: float = 1e-5) -> torch.Tensor:
-    return F.layer_norm(x, (x.shape[-1],), None, None, eps)
-
-
 def _layer_norm_cases() -> list[Case]:
     def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, eps: float | None,
               scale: float = 1.0, shift: float = 0.0) -> Inputs:
         def inputs() -> dict[str, Any]:
-            g = _gen(seed)
             d = shape[-1]
-            out = {"x": _randn(g, *shape, dtype=dtype, scale=scale) + shift,
-                   "gamma": 1.0 + _randn(g, d, dtype=dtype, scale=0.3),
-                   "beta": _randn(g, d, dtype=dtype, scale=0.3)}
-            if eps is not None:
-                out["eps"] = eps
-            return out
+            out = {"x": randn(seed, *shape, dtype=dtype, scale=scale) + shift,
+                   "gamma": 1.0 + randn(seed + 1, d, dtype=dtype, scale=0.3),
+                   "beta": randn(seed + 2, d, dtype=dtype, scale=0.3)}
+            return out if eps is None else {**out, "eps": eps}
         return inputs
 
-    return [
-        Case("float32, (batch, length, d), default eps", build(201, (2, 5, 8), torch.float32, None)),
-        Case("float64, batch size 1, eps=0.1", build(202, (1, 4, 6), torch.float64, 0.1)),
-        Case("float32, large offset and scale", build(203, (3, 16), torch.float32, 1e-5, 10.0, 50.0)),
-        Case("float64, 4-D input, small rows", build(204, (2, 3, 2, 4), torch.float64, 1e-3, 0.05)),
-    ]
+    return [Case("float32, (batch, length, d), default eps", build(200, (2, 5, 8), f32, None)),
+            Case("float64, batch size 1, eps=0.1", build(210, (1, 4, 6), f64, 0.1)),
+            Case("float32, large offset and scale", build(220, (3, 16), f32, 1e-5, 10.0, 50.0)),
+            Case("float64, 4-D input, small rows", build(230, (2, 3, 2, 4), f64, 1e-3, 0.05))]
 
 
-# --------------------------------------------------------------------------------------------
-# 3. residual_sublayer
-# --------------------------------------------------------------------------------------------
+def _normalise(x: torch.Tensor, var: torch.Tensor, eps: float, eps_inside: bool = True
+               ) -> torch.Tensor:
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / (torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps)
 
 
-def residual_sublayer(x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor],
-                      gamma: torch.Tensor, beta: torch.Tensor, norm_first: bool,
-                      eps: float = 1e-5) -> torch.Tensor:
-    """Reference: ``x + f(LN(x))`` (pre-norm) or ``LN(x + f(x))`` (post-norm)."""
+_LAYER_NORM_SLIPS = (
+    Slip("you used the unbiased variance: divide by d, not d - 1 (unbiased=False)",
+         lambda x, gamma, beta, eps=1e-5:
+             _normalise(x, x.var(-1, keepdim=True, unbiased=True), eps) * gamma + beta),
+    Slip("eps belongs inside the square root: (x - mean) / sqrt(var + eps)",
+         lambda x, gamma, beta, eps=1e-5: _normalise(
+             x, x.var(-1, keepdim=True, unbiased=False), eps, eps_inside=False) * gamma + beta),
+    Slip("the normalised values must be scaled by gamma and shifted by beta",
+         lambda x, gamma, beta, eps=1e-5: _normalise(x, x.var(-1, keepdim=True, unbiased=False),
+                                                     eps)),
+)
+
+
+# Shared by the two layer exercises: random weights in nn.Linear layout, and torch-only slips -----
+
+_ATTENTION = ("q", "k", "v", "o")
+
+
+def _layer_params(seed: int, d: int, d_ff: int, dtype: torch.dtype, cross: bool
+                  ) -> dict[str, torch.Tensor]:
+    """Random non-symmetric weights of an encoder layer (``cross=False``) or a decoder layer."""
+    prefixes = [("w", "b")] + ([("wc", "bc")] if cross else [])
+    params: dict[str, torch.Tensor] = {}
+    k = seed
+    for w, b in prefixes:
+        for name in _ATTENTION:
+            params[f"{w}_{name}"] = randn(k, d, d, dtype=dtype, scale=d ** -0.5)
+            params[f"{b}_{name}"] = randn(k + 1, d, dtype=dtype, scale=0.1)
+            k += 2
+    params |= {"w_1": randn(k, d_ff, d, dtype=dtype, scale=d ** -0.5),
+               "b_1": randn(k + 1, d_ff, dtype=dtype, scale=0.1),
+               "w_2": randn(k + 2, d, d_ff, dtype=dtype, scale=d_ff ** -0.5),
+               "b_2": randn(k + 3, d, dtype=dtype, scale=0.1)}
+    for i in range(1, 4 if cross else 3):
+        params[f"gamma_{i}"] = 1.0 + randn(k + 3 + 2 * i, d, dtype=dtype, scale=0.2)
+        params[f"beta_{i}"] = randn(k + 4 + 2 * i, d, dtype=dtype, scale=0.2)
+    return params
+
+
+def _attend(q_in: torch.Tensor, kv_in: torch.Tensor, p: dict[str, torch.Tensor], w: str, b: str,
+            h: int, mask: torch.Tensor | None, slip: str) -> torch.Tensor:
+    """Multi-head attention written out in torch, with one mistake named by ``slip``."""
+    B, T, d = q_in.shape
+    S, dh = kv_in.shape[1], d // h
+
+    def proj(z: torch.Tensor, name: str) -> torch.Tensor:
+        weight = p[f"{w}_{name}"]
+        return z @ (weight if slip == "untransposed" else weight.T) + p[f"{b}_{name}"]
+
+    def heads(z: torch.Tensor, n: int) -> torch.Tensor:
+        if slip == "head split":  # (B, n, d) read as (B, h, n, dh): heads cut across positions
+            return z.reshape(B, h, n, dh)
+        return z.reshape(B, n, h, dh).transpose(1, 2)  # (B, h, n, dh)
+
+    q, k, v = heads(proj(q_in, "q"), T), heads(proj(kv_in, "k"), S), heads(proj(kv_in, "v"), S)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d if slip == "sqrt d" else dh)  # (B, h, T, S)
+    if mask is not None:
+        allowed = ~mask if slip == "inverted mask" else mask
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    out = scores.softmax(-1) @ v  # (B, h, T, dh)
+    out = out.reshape(B, T, d) if slip == "head split" else out.transpose(1, 2).reshape(B, T, d)
+    return proj(out, "o")
+
+
+def _ffn(z: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.relu(z @ p["w_1"].T + p["b_1"]) @ p["w_2"].T + p["b_2"]
+
+
+def _residual(x: torch.Tensor, f: Callable[[torch.Tensor], torch.Tensor],
+              p: dict[str, torch.Tensor], i: int, norm_first: bool) -> torch.Tensor:
     def ln(z: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(z, (z.shape[-1],), gamma, beta, eps)
-    return x + sublayer(ln(x)) if norm_first else ln(x + sublayer(x))
+        return F.layer_norm(z, (z.shape[-1],), p[f"gamma_{i}"], p[f"beta_{i}"], 1e-5)
+    return x + f(ln(x)) if norm_first else ln(x + f(x))
 
 
-def _residual_swapped(x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor],
-                      gamma: torch.Tensor, beta: torch.Tensor, norm_first: bool,
-                      eps: float = 1e-5) -> torch.Tensor:
-    return residual_sublayer(x, sublayer, gamma, beta, not norm_first, eps)
-
-
-def _residual_missing(x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor],
-                      gamma: torch.Tensor, beta: torch.Tensor, norm_first: bool,
-                      eps: float = 1e-5) -> torch.Tensor:
-    def ln(z: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(z, (z.shape[-1],), gamma, beta, eps)
-    return sublayer(ln(x)) if norm_first else ln(sublayer(x))
-
-
-def _residual_cases() -> list[Case]:
-    def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, norm_first: bool) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            g = _gen(seed)
-            d = shape[-1]
-            x = _randn(g, *shape, dtype=dtype, scale=2.0)
-            w = _randn(g, d, d, dtype=dtype, scale=d ** -0.5)
-
-            def sublayer(z: torch.Tensor) -> torch.Tensor:  # a fixed toy sublayer
-                return torch.tanh(z @ w)
-
-            return {"x": x, "sublayer": sublayer,
-                    "gamma": 1.0 + _randn(g, d, dtype=dtype, scale=0.3),
-                    "beta": _randn(g, d, dtype=dtype, scale=0.3), "norm_first": norm_first}
-        return inputs
-
-    return [
-        Case("float32, pre-norm", build(301, (2, 5, 8), torch.float32, True)),
-        Case("float32, post-norm", build(302, (2, 5, 8), torch.float32, False)),
-        Case("float64, batch size 1, pre-norm", build(303, (1, 3, 6), torch.float64, True)),
-        Case("float64, batch size 1, post-norm", build(304, (1, 4, 4), torch.float64, False)),
-    ]
-
-
-# --------------------------------------------------------------------------------------------
-# 4. encoder_layer
-# --------------------------------------------------------------------------------------------
-
-ENCODER_PARAM_NAMES = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o",
-                       "w_1", "b_1", "w_2", "b_2", "gamma_1", "beta_1", "gamma_2", "beta_2")
+# 3. encoder_layer ----------------------------------------------------------------------------
 
 
 def encoder_layer(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int,
                   mask: torch.Tensor | None, norm_first: bool) -> torch.Tensor:
     """Reference: :class:`~course_lib.transformer.EncoderLayer` (dropout 0) with ``params``."""
-    d = x.shape[-1]
-    d_ff = params["w_1"].shape[0]
-    layer = tf.EncoderLayer(d, n_heads, d_ff, dropout=0.0, norm_first=norm_first,
-                            attn_impl="reference").to(x.dtype).eval()
-    attn = layer.self_attn
-    pairs = [(attn.q_proj, "q"), (attn.k_proj, "k"), (attn.v_proj, "v"), (attn.out_proj, "o"),
-             (layer.ff.linear1, "1"), (layer.ff.linear2, "2")]
+    d, d_ff = x.shape[-1], params["w_1"].shape[0]
+    layer = transformer.EncoderLayer(d, n_heads, d_ff, norm_first=norm_first,
+                                     attn_impl="reference").to(x.dtype).eval()
+    _load_layer(layer, params, [(layer.self_attn, "w", "b")], 2)
     with torch.no_grad():
-        for lin, key in pairs:
-            lin.weight.copy_(params[f"w_{key}"])
-            lin.bias.copy_(params[f"b_{key}"])
-        for norm, key in ((layer.norm1, "1"), (layer.norm2, "2")):
-            norm.weight.copy_(params[f"gamma_{key}"])
-            norm.bias.copy_(params[f"beta_{key}"])
-        out, _ = layer(x, None if mask is None else mask[:, None])  # (B, T, T) -> (B, 1, T, T)
+        out, _ = layer(x, None if mask is None else mask[:, None])  # (B, 1, T, T): all heads
     return out
+
+
+def _load_layer(layer: torch.nn.Module, params: dict[str, torch.Tensor],
+                attentions: list[tuple[multihead.MultiHeadAttention, str, str]],
+                n_norms: int) -> None:
+    with torch.no_grad():
+        for attn, w, b in attentions:
+            for lin, name in ((attn.q_proj, "q"), (attn.k_proj, "k"), (attn.v_proj, "v"),
+                              (attn.out_proj, "o")):
+                lin.weight.copy_(params[f"{w}_{name}"])
+                lin.bias.copy_(params[f"{b}_{name}"])
+        for lin, i in ((layer.ff.linear1, 1), (layer.ff.linear2, 2)):
+            lin.weight.copy_(params[f"w_{i}"])
+            lin.bias.copy_(params[f"b_{i}"])
+        for i in range(1, n_norms + 1):
+            getattr(layer, f"norm{i}").weight.copy_(params[f"gamma_{i}"])
+            getattr(layer, f"norm{i}").bias.copy_(params[f"beta_{i}"])
+
+
+def _random_mask(seed: int, B: int, T: int) -> torch.Tensor:
+    """``(B, T, T)`` random pattern in which every query keeps itself (no row fully masked)."""
+    return (torch.rand(B, T, T, generator=gen(seed)) > 0.4) | torch.eye(T, dtype=torch.bool)
 
 
 def _encoder_layer_cases() -> list[Case]:
     def build(seed: int, B: int, T: int, d: int, h: int, d_ff: int, dtype: torch.dtype,
               masked: bool, norm_first: bool) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            g = _gen(seed)
-            shapes = {"w_q": (d, d), "w_k": (d, d), "w_v": (d, d), "w_o": (d, d),
-                      "w_1": (d_ff, d), "w_2": (d, d_ff)}
-            params: dict[str, torch.Tensor] = {}
-            for name in ENCODER_PARAM_NAMES:
-                if name.startswith("w_"):
-                    params[name] = _randn(g, *shapes[name], dtype=dtype,
-                                          scale=shapes[name][1] ** -0.5)
-                elif name.startswith("gamma"):
-                    params[name] = 1.0 + _randn(g, d, dtype=dtype, scale=0.2)
-                else:
-                    width = d_ff if name == "b_1" else d
-                    params[name] = _randn(g, width, dtype=dtype, scale=0.1)
-            x = _randn(g, B, T, d, dtype=dtype)
-            mask = None
-            if masked:  # random pattern; every query keeps itself so no row is fully masked
-                mask = (torch.rand(B, T, T, generator=g) > 0.4) | torch.eye(T, dtype=torch.bool)
-            return {"x": x, "params": params, "n_heads": h, "mask": mask,
-                    "norm_first": norm_first}
-        return inputs
+        return lambda: {"x": randn(seed, B, T, d, dtype=dtype),
+                        "params": _layer_params(seed + 1, d, d_ff, dtype, cross=False),
+                        "n_heads": h, "mask": _random_mask(seed + 99, B, T) if masked else None,
+                        "norm_first": norm_first}
 
-    return [
-        Case("float32, post-norm, no mask", build(401, 2, 5, 8, 2, 16, torch.float32, False, False)),
-        Case("float32, pre-norm, masked", build(402, 2, 6, 8, 4, 12, torch.float32, True, True)),
-        Case("float64, batch size 1, post-norm, masked",
-             build(403, 1, 4, 6, 3, 10, torch.float64, True, False)),
-        Case("float64, pre-norm, one head", build(404, 3, 3, 4, 1, 8, torch.float64, False, True)),
-    ]
+    return [Case("float32, post-norm, no mask", build(300, 2, 5, 8, 2, 16, f32, False, False)),
+            Case("float32, pre-norm, masked", build(330, 2, 6, 8, 4, 12, f32, True, True)),
+            Case("float64, batch size 1, post-norm, masked",
+                 build(360, 1, 4, 6, 3, 10, f64, True, False)),
+            Case("float64, pre-norm, one head", build(390, 3, 3, 4, 1, 8, f64, False, True))]
 
 
-def _encoder_layer_torch_mask(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int,
-                              mask: torch.Tensor | None, norm_first: bool) -> torch.Tensor:
-    if mask is None:
-        raise ValueError("no mask")
-    return encoder_layer(x, params, n_heads, ~mask, norm_first)
+def _encoder_slip(slip: str) -> Callable[..., torch.Tensor]:
+    def layer(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int,
+              mask: torch.Tensor | None, norm_first: bool) -> torch.Tensor:
+        h = 1 if slip == "one head" else n_heads
+        first = (not norm_first) if slip == "swapped norm" else norm_first
+        x = _residual(x, lambda z: _attend(z, z, params, "w", "b", h, mask, slip), params, 1,
+                      first)
+        return _residual(x, lambda z: _ffn(z, params), params, 2, first)
+    return layer
 
 
-def _encoder_layer_swapped_norm(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int,
-                                mask: torch.Tensor | None, norm_first: bool) -> torch.Tensor:
-    return encoder_layer(x, params, n_heads, mask, not norm_first)
+_ENCODER_LAYER_SLIPS = (
+    Slip("the attention weights must be applied as nn.Linear does, z @ w_q.T + b_q (w is "
+         "(out, in))", _encoder_slip("untransposed")),
+    Slip("the heads are cut wrongly: head i owns features i*d/h to (i+1)*d/h of every position; "
+         "reshape (B, T, d) to (B, T, h, d/h), then transpose to (B, h, T, d/h)",
+         _encoder_slip("head split")),
+    Slip("scale the scores by 1/sqrt(d/h), the width of one head, not 1/sqrt(d)",
+         _encoder_slip("sqrt d")),
+    Slip("the heads are not split: n_heads heads of d/h features each", _encoder_slip("one head")),
+    Slip("the mask looks inverted: True means 'may attend' (fill the scores with -inf where the "
+         "mask is False)", _encoder_slip("inverted mask")),
+    Slip("pre-norm and post-norm are swapped: norm_first=True means x + f(LN(x))",
+         _encoder_slip("swapped norm")),
+)
 
 
-def _encoder_layer_one_head(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int,
-                            mask: torch.Tensor | None, norm_first: bool) -> torch.Tensor:
-    if n_heads == 1:
-        raise ValueError("already one head")
-    return encoder_layer(x, params, 1, mask, norm_first)
-
-
-# --------------------------------------------------------------------------------------------
-# 5. decoder_masks
-# --------------------------------------------------------------------------------------------
+# 4. decoder_masks ----------------------------------------------------------------------------
 
 
 def decoder_masks(src_padding: torch.Tensor, tgt_padding: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference: the decoder's self-attention ``(B, T, T)`` and cross-attention ``(B, T, S)`` masks."""
     T = tgt_padding.shape[1]
-    self_mask = tf.gpt_attention_mask(tgt_padding)[:, 0]  # (B, T, T)
-    cross_mask = tf.key_padding_mask(src_padding)[:, 0].expand(-1, T, -1)  # (B, T, S)
+    self_mask = lm.gpt_attention_mask(tgt_padding)[:, 0]  # (B, T, T)
+    cross_mask = transformer.key_padding_mask(src_padding)[:, 0].expand(-1, T, -1)  # (B, T, S)
     return self_mask, cross_mask
-
-
-def _padding_from_lengths(lengths: list[int], T: int) -> torch.Tensor:
-    return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
 
 
 def _decoder_masks_cases() -> list[Case]:
     def build(src_lengths: list[int], S: int, tgt_lengths: list[int], T: int) -> Inputs:
+        return lambda: {"src_padding": lengths_mask(src_lengths, S),
+                        "tgt_padding": lengths_mask(tgt_lengths, T)}
+
+    return [Case("no padding", build([4, 4], 4, [3, 3], 3)),
+            Case("padded sources and targets", build([5, 2, 3], 5, [4, 1, 2], 4)),
+            Case("batch size 1, source shorter than target", build([2], 2, [6], 6)),
+            Case("batch size 1, padded target", build([3], 4, [2], 5))]
+
+
+def _masks(src_padding: torch.Tensor, tgt_padding: torch.Tensor, causal: torch.Tensor,
+           tgt_keys: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    B, T = tgt_padding.shape
+    keys = tgt_padding[:, None, :] if tgt_keys else torch.ones(B, 1, T, dtype=torch.bool)
+    return causal[None] & keys, src_padding[:, None, :].expand(B, T, src_padding.shape[1])
+
+
+_DECODER_MASKS_SLIPS = (
+    Slip("the masks are inverted: in course_lib True means 'may attend' (torch.nn's convention "
+         "is the opposite)",
+         lambda src_padding, tgt_padding: tuple(~m for m in _masks(
+             src_padding, tgt_padding, lower_triangle(tgt_padding.shape[1])))),
+    Slip("the self-attention mask must be causal: query i may attend to keys j <= i",
+         lambda src_padding, tgt_padding: _masks(
+             src_padding, tgt_padding, torch.ones_like(lower_triangle(tgt_padding.shape[1])))),
+    Slip("the causal mask is transposed: query i may attend to keys j <= i (the lower triangle)",
+         lambda src_padding, tgt_padding: _masks(
+             src_padding, tgt_padding, lower_triangle(tgt_padding.shape[1]).T)),
+    Slip("the self-attention mask must also hide padded target keys",
+         lambda src_padding, tgt_padding: _masks(
+             src_padding, tgt_padding, lower_triangle(tgt_padding.shape[1]), tgt_keys=False)),
+)
+
+
+# 5. decoder_layer ----------------------------------------------------------------------------
+
+
+def decoder_layer(y: torch.Tensor, memory: torch.Tensor, params: dict[str, torch.Tensor],
+                  n_heads: int, self_mask: torch.Tensor | None, cross_mask: torch.Tensor | None,
+                  norm_first: bool) -> torch.Tensor:
+    """Reference: :class:`~course_lib.transformer.DecoderLayer` (dropout 0) with ``params``."""
+    d, d_ff = y.shape[-1], params["w_1"].shape[0]
+    layer = transformer.DecoderLayer(d, n_heads, d_ff, norm_first=norm_first,
+                                     attn_impl="reference").to(y.dtype).eval()
+    _load_layer(layer, params, [(layer.self_attn, "w", "b"), (layer.cross_attn, "wc", "bc")], 3)
+    with torch.no_grad():
+        out, _ = layer(y, memory, None if self_mask is None else self_mask[:, None],
+                       None if cross_mask is None else cross_mask[:, None])
+    return out
+
+
+def _decoder_layer_cases() -> list[Case]:
+    def build(seed: int, B: int, T: int, S: int, d: int, h: int, d_ff: int, dtype: torch.dtype,
+              tgt_lengths: list[int] | None, src_lengths: list[int] | None,
+              norm_first: bool) -> Inputs:
         def inputs() -> dict[str, Any]:
-            return {"src_padding": _padding_from_lengths(src_lengths, S),
-                    "tgt_padding": _padding_from_lengths(tgt_lengths, T)}
+            tgt = lengths_mask(tgt_lengths or [T] * B, T)
+            self_mask = lower_triangle(T)[None] & tgt[:, None, :]  # (B, T, T)
+            cross_mask = (None if src_lengths is None
+                          else lengths_mask(src_lengths, S)[:, None, :].expand(B, T, S))
+            return {"y": randn(seed, B, T, d, dtype=dtype),
+                    "memory": randn(seed + 1, B, S, d, dtype=dtype),
+                    "params": _layer_params(seed + 2, d, d_ff, dtype, cross=True),
+                    "n_heads": h, "self_mask": self_mask, "cross_mask": cross_mask,
+                    "norm_first": norm_first}
         return inputs
 
-    return [
-        Case("no padding", build([4, 4], 4, [3, 3], 3)),
-        Case("padded sources and targets", build([5, 2, 3], 5, [4, 1, 2], 4)),
-        Case("batch size 1, source shorter than target", build([2], 2, [6], 6)),
-        Case("batch size 1, padded target", build([3], 4, [2], 5)),
-    ]
+    return [Case("float32, post-norm, padded sources",
+                 build(500, 2, 5, 7, 8, 2, 16, f32, None, [7, 3], False)),
+            Case("float32, pre-norm, padded targets and sources",
+                 build(540, 3, 6, 4, 12, 3, 20, f32, [6, 4, 2], [4, 2, 3], True)),
+            Case("float64, batch size 1, post-norm, no source padding",
+                 build(580, 1, 4, 6, 6, 3, 10, f64, None, None, False)),
+            Case("float64, pre-norm, source shorter than target",
+                 build(620, 2, 6, 3, 8, 4, 12, f64, [6, 5], [3, 1], True))]
 
 
-def _decoder_masks_inverted(src_padding: torch.Tensor, tgt_padding: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    a, b = decoder_masks(src_padding, tgt_padding)
-    return ~a, ~b
+def _decoder_slip(slip: str) -> Callable[..., torch.Tensor]:
+    def layer(y: torch.Tensor, memory: torch.Tensor, params: dict[str, torch.Tensor],
+              n_heads: int, self_mask: torch.Tensor | None, cross_mask: torch.Tensor | None,
+              norm_first: bool) -> torch.Tensor:
+        first = (not norm_first) if slip == "swapped norm" else norm_first
+        s_mask = None if slip == "no self mask" else self_mask
+        c_mask = None if slip == "no cross mask" else cross_mask
+        kv = (lambda z: z) if slip == "kv from y" else (lambda z: memory)
+        cross = ("w", "b") if slip == "shared weights" else ("wc", "bc")
+        y = _residual(y, lambda z: _attend(z, z, params, "w", "b", n_heads, s_mask, ""), params,
+                      1, first)
+        y = _residual(y, lambda z: _attend(z, kv(z), params, *cross, n_heads, c_mask, ""),
+                      params, 2, first)
+        return _residual(y, lambda z: _ffn(z, params), params, 3, first)
+    return layer
 
 
-def _decoder_masks_not_causal(src_padding: torch.Tensor, tgt_padding: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    _, b = decoder_masks(src_padding, tgt_padding)
-    T = tgt_padding.shape[1]
-    return tgt_padding[:, None, :].expand(-1, T, -1), b
+_DECODER_LAYER_SLIPS = (
+    Slip("cross-attention takes its queries from y but its keys and values from memory, the "
+         "encoder's output", _decoder_slip("kv from y")),
+    Slip("the decoder's self-attention must use self_mask: without it a position sees the "
+         "future", _decoder_slip("no self mask")),
+    Slip("cross-attention must use cross_mask, so that no query attends to a padded source key",
+         _decoder_slip("no cross mask")),
+    Slip("cross-attention has its own weights, wc_q ... wc_o and bc_q ... bc_o",
+         _decoder_slip("shared weights")),
+    Slip("pre-norm and post-norm are swapped: norm_first=True means y + f(LN(y))",
+         _decoder_slip("swapped norm")),
+)
 
 
-def _decoder_masks_upper(src_padding: torch.Tensor, tgt_padding: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    a, b = decoder_masks(src_padding, tgt_padding)
-    T = tgt_padding.shape[1]
-    upper = torch.ones(T, T, dtype=torch.bool).triu()
-    return tgt_padding[:, None, :] & upper, b
+# 6. ffn_share (a question) -------------------------------------------------------------------
 
 
-def _decoder_masks_no_tgt_padding(src_padding: torch.Tensor, tgt_padding: torch.Tensor
-                                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    _, b = decoder_masks(src_padding, tgt_padding)
-    B, T = tgt_padding.shape
-    return torch.ones(T, T, dtype=torch.bool).tril().expand(B, T, T), b
+def ffn_share() -> str:
+    """Reference: the FFN holds ``8 d^2`` of a GPT-style layer's ``12 d^2`` parameters."""
+    return "c"
 
 
-# --------------------------------------------------------------------------------------------
-# 6. parameter_count
-# --------------------------------------------------------------------------------------------
+_FFN_SHARE_SLIPS = (
+    Slip("count both: attention has four d x d projections; the FFN has two maps between d and "
+         "d_ff = 4 d features", lambda: "a"),
+    Slip("the two blocks are not the same size: count the FFN's two maps between d and 4 d "
+         "features against attention's four d x d projections", lambda: "b"),
+    Slip("that is more than the FFN holds: its two maps have d x 4 d weights each; attention's "
+         "four projections are not negligible", lambda: "d"),
+)
 
 
-def parameter_count(d_model: int, d_ff: int, n_encoder_layers: int, n_decoder_layers: int,
-                    src_vocab_size: int, tgt_vocab_size: int) -> int:
-    """Reference: parameters of the post-norm, untied encoder-decoder Transformer, by formula."""
-    config = tf.TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-                                  d_model=d_model, n_heads=1, n_encoder_layers=n_encoder_layers,
-                                  n_decoder_layers=n_decoder_layers, d_ff=d_ff)
-    return int(tf.transformer_params(config)["total"])
+# 7. no_causal_mask (an ablation to predict) --------------------------------------------------
 
 
-def _parameter_count_cases() -> list[Case]:
-    def build(*args: int) -> Inputs:
-        names = ("d_model", "d_ff", "n_encoder_layers", "n_decoder_layers", "src_vocab_size",
-                 "tgt_vocab_size")
-        return lambda: dict(zip(names, args))
-
-    return [
-        Case("a tiny model", build(8, 16, 1, 1, 10, 12)),
-        Case("the chapter's date model", build(64, 256, 2, 2, 60, 15)),
-        Case("more decoder than encoder layers", build(32, 64, 1, 3, 7, 9)),
-        Case("the base model's sizes (untied)", build(512, 2048, 6, 6, 37000, 37000)),
-    ]
+def no_causal_mask() -> str:
+    """Reference: low teacher-forced loss, but greedy decoding fails (the model copied ahead)."""
+    return "b"
 
 
-def _count_slip(drop: str) -> Callable[..., int]:
-    def count(d_model: int, d_ff: int, n_encoder_layers: int, n_decoder_layers: int,
-              src_vocab_size: int, tgt_vocab_size: int) -> int:
-        d, L_e, L_d = d_model, n_encoder_layers, n_decoder_layers
-        total = parameter_count(d, d_ff, L_e, L_d, src_vocab_size, tgt_vocab_size)
-        if drop == "norms":
-            return total - 4 * d * L_e - 6 * d * L_d
-        if drop == "biases":
-            return total - (4 * d + d_ff + d) * L_e - (8 * d + d_ff + d) * L_d - tgt_vocab_size
-        if drop == "cross":
-            return total - (4 * d * d + 4 * d + 2 * d) * L_d
-        if drop == "output":
-            return total - d * tgt_vocab_size - tgt_vocab_size
-        if drop == "positions":  # a learned (max_len=?) table cannot be guessed; sinusoidal: 0
-            return total - tgt_vocab_size * d
-        raise ValueError(drop)
-    return count
+_NO_CAUSAL_MASK_SLIPS = (
+    Slip("during teacher forcing the decoder's input at position t + 1 is the very token that "
+         "position t must predict: think about what an unmasked position can read", lambda: "a"),
+    Slip("nothing about the task became harder during training: ask what each position can now "
+         "see in the teacher-forced input", lambda: "c"),
+    Slip("the extra context exists only in training; ask what the model sees when it generates "
+         "one token at a time", lambda: "d"),
+)
 
 
-# --------------------------------------------------------------------------------------------
-# 7. mask_tokens and 8. next_token_loss (references: course_lib.transformer's functions)
-# --------------------------------------------------------------------------------------------
+# 8. mask_tokens, graded by its properties over many draws ---------------------------------------
+
+#: A verdict passes when the measured share is within this many standard errors of its expectation.
+MLM_Z = 5.0
+
+
+def _share(count: torch.Tensor, total: torch.Tensor, expected: float) -> bool:
+    n = max(int(total), 1)
+    return abs(int(count) / n - expected) <= MLM_Z * math.sqrt(expected * (1 - expected) / n)
+
+
+def mask_tokens_properties(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, bool]:
+    """``Exercise.call`` of ``mask_tokens``: run ``fn`` over ``draws`` seeds; verdicts by property.
+
+    The expectations count the random replacement's own hits: it draws ``mask_id`` or the original
+    token with probability ``1 / vocab_size`` each.
+
+    Example:
+        >>> tokens = torch.randint(4, 30, (2, 32), generator=gen(0))
+        >>> special = torch.zeros(2, 32, dtype=torch.bool)
+        >>> verdicts = mask_tokens_properties(lm.mask_tokens, {
+        ...     "tokens": tokens, "special": special, "mask_id": 3, "vocab_size": 30, "p": 0.15,
+        ...     "draws": 100, "seed": 0})
+        >>> all(verdicts.values())
+        True
+    """
+    tokens, special, V = inputs["tokens"], inputs["special"], inputs["vocab_size"]
+    args = {k: inputs[k] for k in ("tokens", "mask_id", "vocab_size", "p", "special")}
+    xs, ys = [], []
+    for k in range(inputs["draws"]):
+        out = fn(**args, generator=gen(inputs["seed"] + k))
+        if not (isinstance(out, tuple) and len(out) == 2
+                and all(type(t) is torch.Tensor and t.shape == tokens.shape
+                        and t.dtype == tokens.dtype for t in out)):
+            raise AssertionError(f"return a pair (inputs, targets) of {tokens.dtype} tensors of "
+                                 f"shape {tuple(tokens.shape)}")
+        xs.append(out[0])
+        ys.append(out[1])
+    again = fn(**args, generator=gen(inputs["seed"]))
+    X, Y = torch.stack(xs), torch.stack(ys)  # (draws, B, T)
+    tok, spec = tokens.expand_as(X), special.expand_as(X)
+    labelled = Y != lm.IGNORE_INDEX
+    ordinary, n_sel = ~spec, labelled.sum()
+    masked, kept = labelled & (X == inputs["mask_id"]), labelled & (X == tok)
+    return {
+        "one seed gives one result": bool(torch.equal(again[0], X[0])
+                                          and torch.equal(again[1], Y[0])),
+        "labels hold the original tokens": bool(torch.equal(Y[labelled], tok[labelled])),
+        "unlabelled positions keep their token": bool(torch.equal(X[~labelled], tok[~labelled])),
+        "special and padding positions are never selected": not bool((labelled & spec).any()),
+        "the selected share of ordinary positions is p": _share(
+            (labelled & ordinary).sum(), ordinary.sum(), inputs["p"]),
+        "80% of the selected positions become mask_id": _share(masked.sum(), n_sel, 0.8 + 0.1 / V),
+        "10% keep their token": _share(kept.sum(), n_sel, 0.1 + 0.1 / V),
+        "10% become another id, drawn from [0, vocab_size)": _share(
+            (labelled & ~masked & ~kept).sum(), n_sel, 0.1 - 0.2 / V)
+        and bool(((X >= 0) & (X < V)).all()),
+    }
 
 
 def _mask_tokens_cases() -> list[Case]:
-    def build(seed: int, tokens_seed: int, B: int, T: int, vocab: int, p: float) -> Inputs:
+    def build(seed: int, B: int, T: int, V: int, lengths: list[int], p: float,
+              draws: int) -> Inputs:
         def inputs() -> dict[str, Any]:
-            tokens = torch.randint(4, vocab, (B, T), generator=_gen(tokens_seed))
-            return {"tokens": tokens, "mask_id": 3, "vocab_size": vocab,
-                    "generator": _gen(seed), "p": p}
+            real = lengths_mask(lengths, T)
+            tokens = torch.randint(4, V, (B, T), generator=gen(seed))  # ids 0-3 are special
+            tokens = torch.where(real, tokens, torch.zeros_like(tokens))  # 0: padding
+            tokens[:, 0] = 1  # [CLS]
+            special = ~real
+            special[:, 0] = True
+            return {"tokens": tokens, "special": special, "mask_id": 3, "vocab_size": V,
+                    "p": p, "draws": draws, "seed": seed + 1}
         return inputs
 
-    return [
-        Case("a batch of 4, p=0.15", build(701, 7001, 4, 20, 30, 0.15)),
-        Case("batch size 1, p=0.5", build(702, 7002, 1, 30, 12, 0.5)),
-        Case("a larger batch, p=0.3", build(703, 7003, 8, 16, 50, 0.3)),
-    ]
+    return [Case("a padded batch of 4, p=0.15", build(800, 4, 24, 30, [24, 17, 9, 20], 0.15, 150)),
+            Case("batch size 1, no padding, p=0.3", build(810, 1, 64, 50, [64], 0.3, 200)),
+            Case("a vocabulary of 1000, p=0.15", build(820, 8, 16, 1000, [16, 3, 9, 16, 12, 5,
+                                                                           16, 8], 0.15, 150)),
+            Case("a vocabulary of 8, p=0.5", build(830, 2, 16, 8, [16, 11], 0.5, 150))]
 
 
-def _mask_tokens_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
-    if not (isinstance(got, list) and len(got) == 2 and all(hasattr(t, "shape") for t in got)):
-        return "return a pair (inputs, targets) of integer tensors shaped like tokens"
-    if got[1].shape == expected[1].shape and not ((got[1] == -100) == (expected[1] == -100)).all():
-        return ("the positions you selected differ from the reference: draw "
-                "u = torch.rand(tokens.shape, generator=generator) first and select u < p")
-    if got[1].shape == expected[1].shape and not (got[1] == expected[1]).all():
-        return "targets must hold the original token at selected positions and -100 elsewhere"
-    return ("the selected positions are right but the replacements differ: draw r = torch.rand "
-            "and then rand_ids = torch.randint(vocab_size, ...), in that order, and replace with "
-            "mask_id when r < 0.8 and with rand_ids when 0.8 <= r < 0.9")
+def _corrupt(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: Any, p: float,
+             special: torch.Tensor | None, slip: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption with one mistake named by ``slip`` (torch only)."""
+    g = None if slip == "global rng" else generator
+    u, r = torch.rand(tokens.shape, generator=g), torch.rand(tokens.shape, generator=g)
+    rand_ids = torch.randint(vocab_size, tokens.shape, generator=g)
+    selected = u < p
+    if special is not None and slip != "special selected":
+        selected &= ~special
+    to_mask = selected if slip == "all masked" else selected & (r < 0.8)
+    to_rand = selected & (r >= 0.8) & (r < 0.9) if slip not in ("no random", "all masked") \
+        else torch.zeros_like(selected)
+    inputs = torch.where(to_mask, torch.full_like(tokens, mask_id), tokens)
+    inputs = torch.where(to_rand, rand_ids, inputs)
+    labels = torch.ones_like(selected) if slip == "label everywhere" else selected
+    return inputs, torch.where(labels, tokens, torch.full_like(tokens, lm.IGNORE_INDEX))
+
+
+def _mask_tokens_slip(slip: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    return lambda tokens, mask_id, vocab_size, generator, p=0.15, special=None: _corrupt(
+        tokens, mask_id, vocab_size, generator, p, special, slip)
+
+
+_MASK_TOKENS_SLIPS = (
+    Slip("special and padding positions were selected: leave every position where special is "
+         "True untouched and unlabelled", _mask_tokens_slip("special selected")),
+    Slip("no selected position got a random token: 10% of them must become an id drawn from "
+         "[0, vocab_size)", _mask_tokens_slip("no random")),
+    Slip("every selected position became mask_id: only 80% should; 10% get a random id and 10% "
+         "keep their token", _mask_tokens_slip("all masked")),
+    Slip("labels belong at the selected positions only; every other target is -100",
+         _mask_tokens_slip("label everywhere")),
+    Slip("the same generator seed gave different results: pass generator=generator to every "
+         "random draw", _mask_tokens_slip("global rng")),
+)
+
+
+# 9. next_token_loss --------------------------------------------------------------------------
+
+
+def _nll(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100,
+                           reduction=reduction)
 
 
 def _next_token_cases() -> list[Case]:
     def build(seed: int, B: int, T: int, V: int, dtype: torch.dtype,
               lengths: list[int] | None) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            g = _gen(seed)
-            logits = _randn(g, B, T, V, dtype=dtype, scale=2.0)
-            tokens = torch.randint(V, (B, T), generator=g)
-            padding = None if lengths is None else _padding_from_lengths(lengths, T)
-            return {"logits": logits, "tokens": tokens, "padding": padding}
-        return inputs
+        return lambda: {"logits": randn(seed, B, T, V, dtype=dtype, scale=2.0),
+                        "tokens": torch.randint(V, (B, T), generator=gen(seed + 1)),
+                        "padding": None if lengths is None else lengths_mask(lengths, T)}
 
-    return [
-        Case("float32, no padding", build(801, 2, 5, 7, torch.float32, None)),
-        Case("float64, batch size 1", build(802, 1, 6, 4, torch.float64, None)),
-        Case("float32, padded batch", build(803, 3, 8, 10, torch.float32, [8, 5, 2])),
-        Case("float64, padded batch", build(804, 2, 4, 5, torch.float64, [3, 4])),
-    ]
+    return [Case("float32, no padding", build(900, 2, 5, 7, f32, None)),
+            Case("float64, batch size 1", build(910, 1, 6, 4, f64, None)),
+            Case("float32, padded batch", build(920, 3, 8, 10, f32, [8, 5, 2])),
+            Case("float64, padded batch", build(930, 2, 4, 5, f64, [3, 4]))]
 
 
-def _next_token_unshifted(logits: torch.Tensor, tokens: torch.Tensor,
-                          padding: torch.Tensor | None = None) -> torch.Tensor:
-    targets = tokens if padding is None else tokens.masked_fill(~padding, -100)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+def _targets(tokens: torch.Tensor, padding: torch.Tensor | None, shift: slice) -> torch.Tensor:
+    t = tokens[:, shift]
+    return t if padding is None else t.masked_fill(~padding[:, shift], -100)
 
 
-def _next_token_padding_ignored(logits: torch.Tensor, tokens: torch.Tensor,
-                                padding: torch.Tensor | None = None) -> torch.Tensor:
-    if padding is None:
-        raise ValueError("no padding")
-    return tf.next_token_loss(logits, tokens, None)
+_NEXT_TOKEN_SLIPS = (
+    Slip("the targets are not shifted: position t predicts tokens[:, t + 1]",
+         lambda logits, tokens, padding=None: _nll(logits, _targets(tokens, padding,
+                                                                    slice(None)))),
+    Slip("padded targets must not count (use padding[:, 1:])",
+         lambda logits, tokens, padding=None: _nll(logits[:, :-1], tokens[:, 1:])),
+    Slip("take the mean over the real targets, not the sum",
+         lambda logits, tokens, padding=None: _nll(
+             logits[:, :-1], _targets(tokens, padding, slice(1, None)), "sum")),
+    Slip("the shift goes the other way: logits[:, :-1] predict tokens[:, 1:]",
+         lambda logits, tokens, padding=None: _nll(
+             logits[:, 1:], _targets(tokens, padding, slice(None, -1)))),
+)
 
 
-def _next_token_summed(logits: torch.Tensor, tokens: torch.Tensor,
-                       padding: torch.Tensor | None = None) -> torch.Tensor:
-    targets = tokens[:, 1:]
-    if padding is not None:
-        targets = targets.masked_fill(~padding[:, 1:], -100)
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100,
-                           reduction="sum")
+# The registry ---------------------------------------------------------------------------------
 
-
-def _next_token_wrong_side(logits: torch.Tensor, tokens: torch.Tensor,
-                           padding: torch.Tensor | None = None) -> torch.Tensor:
-    targets = tokens[:, :-1]
-    if padding is not None:
-        targets = targets.masked_fill(~padding[:, :-1], -100)
-    return F.cross_entropy(logits[:, 1:].flatten(0, 1), targets.flatten(), ignore_index=-100)
-
+_LAYERS = (transformer.FeedForward, transformer.EncoderLayer, transformer.DecoderLayer,
+           transformer.Encoder, transformer.Decoder, transformer.sublayer,
+           multihead.MultiHeadAttention, multihead.multi_head_attention,
+           attention.scaled_dot_product_attention)
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    Exercise(id="transformer.feed_forward", reference=feed_forward,
-             cases=_feed_forward_cases, forbidden=(tf.FeedForward,),
-             diagnose=_slips(
-                 ("the ReLU between the two linear maps is missing",
-                  lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2),
-                 ("a bias is missing (b1 inside the ReLU, b2 after the second map)",
-                  lambda x, w1, b1, w2, b2: F.relu(x @ w1.T) @ w2.T + b2),
-                 ("a bias is missing (b1 inside the ReLU, b2 after the second map)",
-                  lambda x, w1, b1, w2, b2: F.relu(x @ w1.T + b1) @ w2.T))),
-    Exercise(id="transformer.layer_norm", reference=layer_norm,
-             cases=_layer_norm_cases,
-             diagnose=_slips(
-                 ("you used the unbiased variance (divide by d, not d - 1: unbiased=False)",
-                  _layer_norm_unbiased),
-                 ("eps belongs inside the square root: (x - mean) / sqrt(var + eps)",
-                  _layer_norm_eps_outside),
-                 ("the normalised values must be scaled by gamma and shifted by beta",
-                  _layer_norm_no_affine))),
-    Exercise(id="transformer.residual_sublayer", reference=residual_sublayer,
-             cases=_residual_cases,
-             diagnose=_slips(
-                 ("pre-norm and post-norm are swapped: norm_first=True means x + f(LN(x))",
-                  _residual_swapped),
-                 ("the residual connection (adding x back) is missing", _residual_missing))),
+    Exercise(id="transformer.feed_forward", reference=feed_forward, cases=_feed_forward_cases,
+             slips=_FEED_FORWARD_SLIPS, forbidden=(transformer.FeedForward,)),
+    Exercise(id="transformer.layer_norm", reference=layer_norm, cases=_layer_norm_cases,
+             slips=_LAYER_NORM_SLIPS),
     Exercise(id="transformer.encoder_layer", reference=encoder_layer,
-             cases=_encoder_layer_cases,
-             forbidden=(tf.EncoderLayer, tf.DecoderLayer, tf.Encoder, tf.Decoder,
-                        MultiHeadAttention),
-             diagnose=_slips(
-                 ("the mask looks inverted: True means 'may attend' (fill scores with -inf where "
-                  "the mask is False)", _encoder_layer_torch_mask),
-                 ("pre-norm and post-norm are swapped", _encoder_layer_swapped_norm),
-                 ("the heads are not split: reshape (B, T, d) -> (B, h, T, d/h) and scale by "
-                  "1/sqrt(d/h)", _encoder_layer_one_head))),
+             cases=_encoder_layer_cases, slips=_ENCODER_LAYER_SLIPS, forbidden=_LAYERS),
     Exercise(id="transformer.decoder_masks", reference=decoder_masks,
-             cases=_decoder_masks_cases,
-             forbidden=(tf.gpt_attention_mask, tf.bert_attention_mask, tf.key_padding_mask),
-             diagnose=_slips(
-                 ("the masks are inverted: in course_lib True means 'may attend' (torch.nn's "
-                  "convention is the opposite)", _decoder_masks_inverted),
-                 ("the self-attention mask must be causal: query i may attend to keys j <= i",
-                  _decoder_masks_not_causal),
-                 ("the causal mask is transposed: query i may attend to keys j <= i (lower "
-                  "triangle)", _decoder_masks_upper),
-                 ("the self-attention mask must also hide padded target keys",
-                  _decoder_masks_no_tgt_padding))),
-    Exercise(id="transformer.parameter_count", reference=parameter_count,
-             cases=_parameter_count_cases,
-             forbidden=(tf.transformer_params, tf.encoder_layer_params, tf.decoder_layer_params,
-                        tf.attention_params, tf.feed_forward_params, tf.count_parameters),
-             diagnose=_slips(
-                 ("LayerNorm parameters are missing (2 d per LayerNorm: 2 per encoder layer, 3 "
-                  "per decoder layer)", _count_slip("norms")),
-                 ("biases are missing (every linear map has one)", _count_slip("biases")),
-                 ("the decoder's cross-attention block (4 d^2 + 4 d and a LayerNorm) is missing",
-                  _count_slip("cross")),
-                 ("the output projection (d V_tgt weights and V_tgt biases) is missing",
-                  _count_slip("output")),
-                 ("count one embedding table per vocabulary (source and target are separate "
-                  "here)", _count_slip("positions")))),
-    Exercise(id="transformer.mask_tokens", reference=tf.mask_tokens,
-             cases=_mask_tokens_cases, diagnose=_mask_tokens_diagnose),
-    Exercise(id="transformer.next_token_loss", reference=tf.next_token_loss,
-             cases=_next_token_cases, forbidden=(tf.masked_lm_loss,),
-             diagnose=_slips(
-                 ("the targets are not shifted: position t predicts tokens[:, t + 1]",
-                  _next_token_unshifted),
-                 ("padded targets must not count (use padding[:, 1:])",
-                  _next_token_padding_ignored),
-                 ("take the mean over the real targets, not the sum", _next_token_summed),
-                 ("the shift goes the other way: logits[:, :-1] predict tokens[:, 1:]",
-                  _next_token_wrong_side))),
+             cases=_decoder_masks_cases, slips=_DECODER_MASKS_SLIPS,
+             forbidden=(lm.gpt_attention_mask, lm.bert_attention_mask,
+                        transformer.key_padding_mask, attention.causal_mask)),
+    Exercise(id="transformer.decoder_layer", reference=decoder_layer,
+             cases=_decoder_layer_cases, slips=_DECODER_LAYER_SLIPS, forbidden=_LAYERS),
+    Exercise(id="transformer.ffn_share", reference=ffn_share, cases=answer_case,
+             call=choice, slips=_FFN_SHARE_SLIPS),
+    Exercise(id="transformer.no_causal_mask", reference=no_causal_mask, cases=answer_case,
+             call=choice, slips=_NO_CAUSAL_MASK_SLIPS),
+    Exercise(id="transformer.mask_tokens", reference=lm.mask_tokens, cases=_mask_tokens_cases,
+             call=mask_tokens_properties, slips=_MASK_TOKENS_SLIPS),
+    Exercise(id="transformer.next_token_loss", reference=lm.next_token_loss,
+             cases=_next_token_cases, slips=_NEXT_TOKEN_SLIPS, forbidden=(lm.masked_lm_loss,)),
 ]}
