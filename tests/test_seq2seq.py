@@ -135,3 +135,16 @@ def test_empty_source_is_a_clear_error() -> None:
         Encoder(CFG)(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="exact_match needs"):
         seq2seq.exact_match(Seq2Seq(CFG), [], SPLITS.src_vocab, SPLITS.tgt_vocab)
+
+
+def test_a_zero_score_vector_makes_attention_uniform_over_real_tokens() -> None:
+    """Chapter 1's ablation: with v = 0 every score is 0, so each step averages the real tokens."""
+    torch.manual_seed(0)
+    model = AttentionSeq2Seq(CFG)
+    with torch.no_grad():
+        model.v.zero_()
+    b = batch(4)
+    _, w = model(b.src, b.src_mask, b.tgt_in, return_attention=True)
+    lengths = b.src_mask.sum(-1, keepdim=True)  # (B, 1)
+    expected = (b.src_mask / lengths)[:, None, :].expand_as(w)  # (B, T, S)
+    torch.testing.assert_close(w, expected.to(w.dtype))
