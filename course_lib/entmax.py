@@ -209,7 +209,8 @@ def entmax_bisect(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1, n_iter: in
     Args:
         z: scores, any shape.
         alpha: a float, or a tensor broadcastable to ``z`` whose size along ``dim`` is 1 (e.g.
-            one learnable alpha per head ``(H, 1, 1)``); every alpha must exceed 1.
+            one learnable alpha per head, ``(H, 1, 1)`` for scores ``(B, H, T_q, T_k)``); every
+            alpha must exceed 1.
         dim: the dimension to normalise.
         n_iter: bisection steps.
 
@@ -221,9 +222,11 @@ def entmax_bisect(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1, n_iter: in
     dim = _check_scores(z, dim)
     a = torch.as_tensor(alpha, dtype=z.dtype, device=z.device)
     if a.dim() > 0:
+        if a.dim() < z.dim():  # leading dimensions of size 1, as broadcasting adds them
+            a = a.reshape((1,) * (z.dim() - a.dim()) + tuple(a.shape))
         if a.dim() != z.dim() or a.shape[dim] != 1:
-            raise ValueError(f"a tensor alpha must have the scores' {z.dim()} dimensions with "
-                             f"size 1 along dim={dim}; got alpha {tuple(a.shape)} for scores "
+            raise ValueError(f"a tensor alpha must broadcast to the scores with size 1 along "
+                             f"dim={dim}; got alpha {tuple(a.shape)} for scores "
                              f"{tuple(z.shape)}")
         try:
             torch.broadcast_shapes(a.shape, z.shape)

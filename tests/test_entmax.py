@@ -134,6 +134,14 @@ def test_per_head_alpha_broadcast() -> None:
         torch.testing.assert_close(p[:, h], entmax_bisect(z[:, h], a), **F64)
     (grad,) = torch.autograd.grad((p * z).sum(), alpha)
     assert grad.shape == (1, 3, 1, 1) and torch.isfinite(grad).all()
+    short = alpha.detach().view(3, 1, 1).requires_grad_()          # leading 1s may be left out
+    p_short = entmax_bisect(z, short)
+    torch.testing.assert_close(p_short, p, rtol=0, atol=0)
+    (grad_short,) = torch.autograd.grad((p_short * z).sum(), short)
+    torch.testing.assert_close(grad_short.view(1, 3, 1, 1), grad, **F64)
+    q = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    out, w = entmax_attention(q, q, q, short, mask=torch.ones(4, 4, dtype=torch.bool).tril())
+    assert out.shape == (2, 3, 4, 5) and (w.triu(1) == 0).all()
 
 
 def test_entmax_dispatch() -> None:
