@@ -21,6 +21,8 @@ The pieces, each a small function the chapter builds on:
   (concatenate the tokens' bytes and decode UTF-8). It also loads GPT-2's released files
   (:meth:`Tokenizer.from_gpt2_files`), written in GPT-2's byte-to-unicode alphabet
   (:func:`bytes_to_unicode`), and then gives the ids of GPT-2's own tokenizer.
+* :func:`truncated` keeps a tokenizer's first merges (every smaller vocabulary from one training
+  run); :func:`token_lengths` gives each token's length in bytes (for losses in bits per byte).
 
 Layout of a trained vocabulary: ids ``0..255`` are the single bytes (id ``b`` is byte ``b``),
 ``256, 257, ...`` the merged tokens in the order they were learned, then the special tokens.

@@ -105,3 +105,8 @@ def test_the_transformer_copies_and_the_gru_does_not(built_book: Path) -> None:
 def test_the_chapter_runs_within_its_stated_time(built_book: Path) -> None:
     """Title: "about a minute on a 2-core CPU (up to two minutes on a busy machine)"."""
     assert value("ch4_seconds") < 180
+
+
+def test_greedy_decoding_writes_the_same_tokens_with_the_cache(built_book: Path) -> None:
+    """Section 3: "Greedy decoding writes the same 48 tokens with and without the cache"."""
+    assert value("ch4_cache_same_tokens") == 1
