@@ -5,7 +5,7 @@ both already in the development environment; Debian's ``chromium``). The site is
 local HTTP server on 127.0.0.1 (a free port), as a reader's browser would get it. For each page:
 console errors and uncaught exceptions, failed requests (network errors and HTTP status >= 400),
 MathJax typeset with no error node (``mjx-merror``), every ``<img>`` loaded with a non-zero size,
-the launch and download buttons, and a full-page screenshot.
+the launch and download buttons (sphinx-book-theme's header menus), and a full-page screenshot.
 
     python scripts/site_browser.py _build/html --screenshots _build/screenshots
 """
@@ -48,7 +48,7 @@ _INSPECT = """
   const images = Array.from(document.images);
   for (const img of images) { img.loading = "eager"; }
   await Promise.all(images.map(img => img.decode().catch(() => null)));
-  const links = Array.from(document.querySelectorAll("a[href]"));
+  const hrefs = selector => Array.from(document.querySelectorAll(selector)).map(a => a.href);
   return {
     title: document.title,
     mathjax: !!window.MathJax,
@@ -75,8 +75,9 @@ _INSPECT = """
     images: images.map(img => ({src: img.currentSrc || img.src, alt: img.alt,
                                 complete: img.complete, width: img.naturalWidth,
                                 height: img.naturalHeight})),
-    colab: links.filter(a => a.href.includes("colab.research.google.com")).map(a => a.href),
-    downloads: links.filter(a => a.href.endsWith(".ipynb")).map(a => a.href),
+    // sphinx-book-theme's header menus: launch (rocket) and download buttons.
+    launch: hrefs(".dropdown-launch-buttons a[href]"),
+    downloads: hrefs(".dropdown-download-buttons a[href$='.ipynb']"),
   };
 })()
 """
