@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -535,7 +536,9 @@ class FillCourseTables(SphinxPostTransform):
             cpu, gpu_time = self._times(entry.slug, doc, gpu)
             rows.append([[_doc_link(self.app, fromdoc, doc, self._title(doc))],
                          [nodes.paragraph(text=cpu)], [nodes.paragraph(text=gpu_time)]])
-        return _table(["chapter", "this build (CPU, full mode)", "recorded GPU run"], rows,
+        # The kernels inherit the build's environment: say so when it ran the short demos.
+        mode = "quick mode" if os.environ.get("COURSE_LIB_QUICK") else "full mode"
+        return _table(["chapter", f"this build (CPU, {mode})", "recorded GPU run"], rows,
                       [40, 25, 35])
 
     def _link_notation(self, docname: str) -> None:
