@@ -1,0 +1,349 @@
+"""A character-level GPT on tiny Shakespeare: validation loss against training time (not a test).
+
+The anchor is nanoGPT's own CPU recipe from its README (Karpathy, ``nanoGPT/README.md``, "I only
+have a macbook"): ``python train.py config/train_shakespeare_char.py --device=cpu --compile=False
+--eval_iters=20 --log_interval=1 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4
+--n_embd=128 --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0``, which reached validation
+loss 1.886 after 154 s on a 2-core machine of this kind. The script trains that recipe with
+``course_lib.gpt.GPT`` (the ``baseline``: every other setting as nanoGPT's config and
+``train.py`` defaults give it) and the course's ``tuned`` recipe, one after the other in one run,
+and prints the validation loss of each at 60, 120 and 180 s of training (thirds of ``--seconds``)
+and every ``--eval-every`` seconds in between.
+
+Measurement:
+* the corpus (``--corpus``, default ``../shared/peer-fixtures/tinyshakespeare/input.txt``) is
+  split as nanoGPT's ``prepare.py`` splits it: first 90% of the characters train, last 10%
+  validation; the vocabulary is the corpus's distinct characters (65);
+* the validation loss is the mean next-character cross-entropy (nats) over a fixed set of
+  ``--eval-windows`` windows of 64 characters of the validation text, the same windows for every
+  recipe and every evaluation (64: the baseline's context, so a recipe with a longer context is
+  scored on the same predictions, not on easier ones);
+* training time is wall time spent in training steps; evaluations are excluded (the clock stops
+  while evaluating). A recipe that runs out of iterations before a mark (the baseline's 2,000)
+  keeps its last loss at the later marks; the table says when it finished;
+* the tuned recipe schedules its learning rate over *time* (warm-up, then a cosine decay that
+  ends at ``--seconds``), so it is annealed at the last mark whatever the machine's speed; hence
+  its step count (not its seed) depends on the machine;
+* the machine's load average is printed at the start and the end: on a shared machine the
+  wall-clock figures are inflated, and only a quiet machine gives the figure to quote.
+
+Run (from the repository root): ``.venv/bin/python bench/train_shakespeare.py`` (about 6.5
+minutes: 180 s per recipe plus evaluations); ``--seconds 30`` for a short run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from course_lib.corpus import char_vocabulary, encode_chars, random_windows  # noqa: E402
+from course_lib.gpt import GPT, GPTConfig, lm_loss  # noqa: E402
+
+DEFAULT_CORPUS = ROOT.parent / "shared" / "peer-fixtures" / "tinyshakespeare" / "input.txt"
+EVAL_BLOCK = 64  # characters per validation window, the same for every recipe
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train one model: architecture, batches, optimiser, schedule, numerics."""
+
+    name: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int  # context length (characters)
+    batch_size: int
+    lr: float  # peak learning rate of AdamW
+    min_lr: float  # the cosine decay ends here
+    warmup: float  # warm-up length: iterations ("iters" schedule) or seconds ("time")
+    schedule: str  # "iters": cosine over max_iters (nanoGPT); "time": cosine over --seconds
+    max_iters: int | None = None  # stop after this many iterations (None: at --seconds)
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.1  # AdamW's, on matrices only (nanoGPT's parameter groups)
+    grad_clip: float = 1.0
+    dropout: float = 0.0
+    bias: bool = False  # nanoGPT's train.py default
+    bf16: bool = False  # torch.autocast(cpu, bfloat16) for the forward pass
+    threads: int = 2  # torch.set_num_threads
+    seed: int = 1337  # nanoGPT's seed: initialisation and batches
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("iters", "time"):
+            raise ValueError(f"schedule must be 'iters' or 'time', got {self.schedule!r}")
+        if self.schedule == "iters" and not self.max_iters:
+            raise ValueError("an 'iters' schedule needs max_iters")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    def lr_at(self, iteration: int, seconds: float, budget: float) -> float:
+        """The learning rate of ``iteration`` (0-based) after ``seconds`` of training.
+
+        nanoGPT's ``get_lr``: linear warm-up, then a cosine from ``lr`` to ``min_lr``, measured
+        in iterations (``"iters"``) or in seconds of the ``budget`` (``"time"``).
+        """
+        if self.schedule == "iters":
+            now, end = float(iteration), float(self.max_iters)  # type: ignore[arg-type]
+            if now < self.warmup:
+                return self.lr * (now + 1) / (self.warmup + 1)
+        else:
+            now, end = seconds, budget
+            if now < self.warmup:
+                return self.lr * max(now, 1e-3) / self.warmup
+        progress = min(1.0, (now - self.warmup) / max(end - self.warmup, 1e-9))
+        return self.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (self.lr - self.min_lr)
+
+
+# nanoGPT's README CPU recipe; the rest from config/train_shakespeare_char.py and train.py.
+BASELINE = Recipe(name="baseline", n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12,
+                  lr=1e-3, min_lr=1e-4, warmup=100, schedule="iters", max_iters=2000)
+TUNED = Recipe(name="tuned", n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12,
+               lr=1e-3, min_lr=1e-4, warmup=5.0, schedule="time")
+RECIPES = {recipe.name: recipe for recipe in (BASELINE, TUNED)}
+
+
+@dataclass
+class Data:
+    """The corpus as character ids, split 90/10, and the fixed validation windows."""
+
+    vocabulary: list[str]
+    train: torch.Tensor  # (N_train,) long
+    val: torch.Tensor  # (N_val,) long
+    val_x: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # (W, EVAL_BLOCK)
+    val_y: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # (W, EVAL_BLOCK)
+
+
+def load_data(path: Path, eval_windows: int = 400, eval_seed: int = 0,
+              limit: int | None = None) -> Data:
+    """Read the corpus, split it 90/10 (nanoGPT's split) and draw the validation windows.
+
+    ``limit`` keeps only the first ``limit`` characters (for tests); the split applies to them.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus {path} not found; pass --corpus PATH (tiny Shakespeare "
+                                f"is at ../shared/peer-fixtures/tinyshakespeare/input.txt)")
+    text = path.read_text(encoding="utf-8")[:limit]
+    vocabulary = char_vocabulary(text)
+    ids = encode_chars(text, vocabulary)
+    n = int(0.9 * len(ids))
+    train, val = ids[:n], ids[n:]
+    if len(val) <= EVAL_BLOCK or len(train) <= EVAL_BLOCK:
+        raise ValueError(f"the corpus has {len(ids)} characters: too few for windows of "
+                         f"{EVAL_BLOCK + 1} in both splits")
+    val_x, val_y = random_windows(val, EVAL_BLOCK, eval_windows,
+                                  torch.Generator().manual_seed(eval_seed))
+    return Data(vocabulary, train, val, val_x, val_y)
+
+
+def build_model(recipe: Recipe, vocab_size: int) -> GPT:
+    config = GPTConfig(vocab_size=vocab_size, block_size=max(recipe.block_size, EVAL_BLOCK),
+                       n_layer=recipe.n_layer, n_head=recipe.n_head, n_embd=recipe.n_embd,
+                       dropout=recipe.dropout, bias=recipe.bias)
+    return GPT(config)
+
+
+def make_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only (nanoGPT's two groups)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": recipe.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=recipe.lr, betas=recipe.betas)
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: Data, batch_size: int = 100) -> float:
+    """Mean validation loss (nats per character) over the fixed windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(data.val_x), batch_size):
+        x, y = data.val_x[start:start + batch_size], data.val_y[start:start + batch_size]
+        total += float(lm_loss(model(x), y)) * len(x)
+        count += len(x)
+    model.train()
+    return total / count
+
+
+@dataclass
+class Result:
+    """One recipe's run: the curve and the losses at the marks."""
+
+    recipe: Recipe
+    params: int
+    curve: list[tuple[float, int, float]]  # (training seconds, iterations, validation loss)
+    at_marks: dict[float, float]  # mark (s) -> validation loss at that mark
+    iterations: int
+    train_seconds: float
+    finished_at: float | None  # training seconds when max_iters ran out, if it did
+
+
+def run_recipe(recipe: Recipe, data: Data, seconds: float, marks: list[float],
+               eval_every: float = 15.0, max_steps: int | None = None,
+               log=print) -> Result:
+    """Train ``recipe`` for ``seconds`` of training time (or ``max_steps``), evaluating on the way.
+
+    Evaluations happen at each mark and every ``eval_every`` training seconds; their time is not
+    counted. ``max_steps`` caps the iterations (for tests).
+    """
+    torch.set_num_threads(recipe.threads)
+    torch.manual_seed(recipe.seed)
+    model = build_model(recipe, len(data.vocabulary))
+    optimizer = make_optimizer(model, recipe)
+    generator = torch.Generator().manual_seed(recipe.seed)
+    params = sum(p.numel() for p in model.parameters())
+    checkpoints = sorted(set(marks) | {t for t in _multiples(eval_every, seconds)})
+    curve: list[tuple[float, int, float]] = []
+    at_marks: dict[float, float] = {}
+    elapsed, iteration, finished_at = 0.0, 0, None
+    next_check = 0
+    limit = recipe.max_iters if max_steps is None else min(max_steps, recipe.max_iters or max_steps)
+
+    def record(now: float) -> None:
+        loss = evaluate(model, data)
+        curve.append((now, iteration, loss))
+        log(f"  {recipe.name:>8}  {now:7.1f} s  iter {iteration:6d}  val {loss:.4f}")
+
+    model.train()
+    _warm_up(model, recipe, data)
+    while elapsed < seconds and (limit is None or iteration < limit):
+        start = time.perf_counter()
+        lr = recipe.lr_at(iteration, elapsed, seconds)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = random_windows(data.train, recipe.block_size, recipe.batch_size, generator)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
+            logits = model(x)
+        loss = lm_loss(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        optimizer.step()
+        iteration += 1
+        elapsed += time.perf_counter() - start
+        if not math.isfinite(float(loss.detach())):
+            raise FloatingPointError(f"{recipe.name}: the training loss is "
+                                     f"{float(loss.detach())} at iteration {iteration}")
+        if next_check < len(checkpoints) and elapsed >= checkpoints[next_check]:
+            while next_check < len(checkpoints) and elapsed >= checkpoints[next_check]:
+                next_check += 1  # one evaluation even when a step crosses several checkpoints
+            record(elapsed)
+    if limit is not None and iteration >= limit and elapsed < seconds:
+        finished_at = elapsed
+    if not curve or curve[-1][1] != iteration:
+        record(elapsed)
+    for mark in marks:
+        reached = [point for point in curve if point[0] >= mark]
+        # The first evaluation at or after the mark; a run that ended earlier keeps its last.
+        at_marks[mark] = (reached[0] if reached else curve[-1])[2]
+    return Result(recipe, params, curve, at_marks, iteration, elapsed, finished_at)
+
+
+def _warm_up(model: GPT, recipe: Recipe, data: Data) -> None:
+    """One untimed forward and backward pass (no update): one-time set-up costs off the clock."""
+    x, y = data.train[:recipe.block_size][None], data.train[1:recipe.block_size + 1][None]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
+        logits = model(x.expand(recipe.batch_size, -1))
+    lm_loss(logits.float(), y.expand(recipe.batch_size, -1)).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def _multiples(step: float, end: float) -> list[float]:
+    if step <= 0:
+        return []
+    return [step * k for k in range(1, int(end / step) + 1)]
+
+
+def default_marks(seconds: float) -> list[float]:
+    """60, 120 and 180 s for the default 180 s: the thirds of ``seconds``."""
+    return [round(seconds * k / 3, 3) for k in (1, 2, 3)]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                        help="tiny Shakespeare's input.txt (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=180.0,
+                        help="training time per recipe; marks at its thirds (default 180)")
+    parser.add_argument("--recipes", default="baseline,tuned",
+                        help=f"comma-separated, from {sorted(RECIPES)} (default: baseline,tuned)")
+    parser.add_argument("--eval-every", type=float, default=15.0,
+                        help="also evaluate every this many training seconds (default 15)")
+    parser.add_argument("--eval-windows", type=int, default=400,
+                        help=f"validation windows of {EVAL_BLOCK} characters (default 400)")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="stop each recipe after this many iterations (smoke runs)")
+    parser.add_argument("--limit-chars", type=int, default=None,
+                        help="use only the first this many characters of the corpus (smoke runs)")
+    args = parser.parse_args(argv)
+    names = [name.strip() for name in args.recipes.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RECIPES]
+    if not names or unknown:
+        parser.error(f"--recipes: unknown {unknown or 'empty list'}; choose from {sorted(RECIPES)}")
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be positive, got {args.seconds}")
+    args.recipe_list = [RECIPES[name] for name in names]
+    return args
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def main(argv: list[str] | None = None, log=print) -> dict[str, Result]:
+    args = parse_args(argv)
+    marks = default_marks(args.seconds)
+    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None \
+        else " ".join(shlex.quote(a) for a in ["bench/train_shakespeare.py", *argv])
+    log(f"command: {command}")
+    log(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+        f"python {platform.python_version()}; {_load()}")
+    data = load_data(args.corpus, args.eval_windows, limit=args.limit_chars)
+    log(f"corpus {args.corpus}: {len(data.train) + len(data.val):,} characters, vocabulary "
+        f"{len(data.vocabulary)}; train {len(data.train):,}, validation {len(data.val):,}; "
+        f"validation loss over {len(data.val_x)} fixed windows of {EVAL_BLOCK} characters")
+    results: dict[str, Result] = {}
+    for recipe in args.recipe_list:
+        log(f"\n{recipe.name}: {json.dumps(asdict(recipe))}")
+        result = run_recipe(recipe, data, args.seconds, marks, args.eval_every, args.max_steps,
+                            log=log)
+        results[recipe.name] = result
+        end = (f"finished its {result.iterations} iterations at {result.finished_at:.1f} s"
+               if result.finished_at is not None else
+               f"{result.iterations} iterations in {result.train_seconds:.1f} s")
+        log(f"  {recipe.name}: {result.params:,} parameters, {end} "
+            f"({result.iterations * recipe.batch_size * recipe.block_size / max(result.train_seconds, 1e-9):,.0f} "
+            f"characters/s); {_load()}")
+    log("\nvalidation loss (nats/char) at training time:")
+    header = "  recipe    " + "".join(f"{m:>9.0f} s" for m in marks)
+    log(header)
+    for name, result in results.items():
+        log(f"  {name:<9} " + "".join(f"{result.at_marks[m]:>11.4f}" for m in marks))
+    if "baseline" in results and "tuned" in results:
+        base, tuned = results["baseline"].at_marks, results["tuned"].at_marks
+        log("  tuned vs baseline " + "".join(f"{100 * (tuned[m] / base[m] - 1):>+10.1f}%"
+                                            for m in marks))
+    log(f"end: {_load()}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
