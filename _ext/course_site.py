@@ -16,6 +16,8 @@ What it adds to Jupyter Book / sphinx-book-theme:
   by this build's executions (jupyter-cache, through myst-nb), beside the GPU times recorded in
   ``_data/gpu_runtimes.json`` by ``scripts/record_gpu_runtimes.py``.
 * **A link to the notation page** at the first mathematical symbol of each chapter page.
+* **Alt text for every figure** of a chapter: the cell's own (``"mystnb": {"image": {"alt":
+  ...}}`` in its metadata) or, failing that, the section the figure belongs to.
 * **Every bib/*.bib is read** (``bibtex_bibfiles`` plus the files it does not list), so the
   bibliography page (``:all:``) is the whole course's.
 
@@ -362,6 +364,35 @@ def _cell_ids(path: Path) -> list[str | None]:
     return [cell.get("id") for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]]
 
 
+def figure_alt(section: str, page: str) -> str:
+    """The alt text of a notebook figure that has none: where it is drawn.
+
+    A chapter gives a figure its own description in the cell's metadata
+    (``"mystnb": {"image": {"alt": "..."}}``); this fallback at least tells a reader who cannot
+    see the image which experiment it belongs to, instead of its file name.
+
+    >>> figure_alt("2. Masks", "2. Self-attention")
+    'A figure drawn by the code cell above, in section "2. Masks" of "2. Self-attention".'
+    """
+    return f'A figure drawn by the code cell above, in section "{section}" of "{page}".'
+
+
+def describe_output_figures(app: Sphinx, doctree: nodes.document) -> None:
+    """Give every notebook output image without alt text the fallback of :func:`figure_alt`."""
+    if not _chapter_docs(app, [app.env.docname]):
+        return
+    page_title = doctree.next_node(nodes.title)
+    page = page_title.astext() if page_title else app.env.docname
+    for image in doctree.findall(nodes.image):
+        if image.get("alt"):
+            continue
+        section = image.parent
+        while section is not None and not isinstance(section, nodes.section):
+            section = section.parent
+        title = section.next_node(nodes.title).astext() if section is not None else page
+        image["alt"] = figure_alt(title, page)
+
+
 def collect_main_figure(app: Sphinx, doctree: nodes.document) -> None:
     """Remember the image of a chapter's main figure (runs after Sphinx's image collector)."""
     docname = app.env.docname
@@ -581,6 +612,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", read_every_bibfile)
     app.connect("env-before-read-docs", check_colab_copies)
     app.connect("doctree-read", collect_main_figure, priority=600)
+    app.connect("doctree-read", describe_output_figures, priority=610)
     app.connect("env-purge-doc", purge_figure)
     app.connect("env-merge-info", merge_figures)
     app.connect("env-updated", rewrite_tables_always)

@@ -308,6 +308,11 @@ def test_math_is_typeset_without_errors(visit: dict) -> None:
 def test_every_image_loads_with_a_size(visit: dict) -> None:
     broken = {p: r.broken_images for p, r in visit["pages"].items() if r.broken_images}
     assert not broken, broken
+    # A reader who cannot see an image gets words, never its file name.
+    unnamed = {p: [i["src"] for i in r.info["images"]
+                   if not i["alt"].strip() or re.search(r"\.(png|svg|jpe?g)$", i["alt"])]
+               for p, r in visit["pages"].items()}
+    assert not any(unnamed.values()), {p: v for p, v in unnamed.items() if v}
     for slug in chapter_slugs():
         page = visit["pages"][f"chapters/{slug}/{release_notebook(slug).stem}.html"]
         assert len(page.info["images"]) >= 3, f"{slug}: its plots are on the page"
