@@ -93,6 +93,28 @@ def check_site(root: Path) -> Report:
     return report
 
 
+def check_site_urls(root: Path, baseurl: str, urls: Sequence[str]) -> list[str]:
+    """``url: problem`` for each of ``urls`` (absolute, under ``baseurl``, e.g. the links that the
+    Colab copies make to the published site) that the built site at ``root`` does not resolve."""
+    root = root.resolve()
+    parsed: dict[Path, _PageParser] = {}
+
+    def page(path: Path) -> _PageParser:
+        if path not in parsed:
+            parsed[path] = _parse(path)
+        return parsed[path]
+
+    problems = []
+    for url in urls:
+        if not url.startswith(baseurl):
+            problems.append(f"{url}: not under the site's address {baseurl}")
+            continue
+        problem = _check(root, root / "index.html", url[len(baseurl):], page)
+        if problem:
+            problems.append(f"{url}: {problem}")
+    return problems
+
+
 def _check(root: Path, html: Path, url: str, page) -> str | None:  # type: ignore[no-untyped-def]
     parts = urlsplit(url)
     scheme = parts.scheme.lower()

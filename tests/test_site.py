@@ -194,6 +194,19 @@ def test_book_root_has_no_static_folder() -> None:
     assert not (ROOT / "_static").exists(), "put site assets in _figures/, not _static/"
 
 
+def test_site_urls_are_checked_against_the_built_site(tmp_path: Path) -> None:
+    (tmp_path / "ch").mkdir()
+    (tmp_path / "index.html").write_text("<p>root</p>")
+    (tmp_path / "ch" / "a.html").write_text('<section id="further-reading"></section>')
+    base = "https://example.org/course/"
+    problems = links.check_site_urls(tmp_path, base, [
+        base + "ch/a.html#further-reading", base + "ch/a.html#gone", base + "ch/b.html",
+        "https://elsewhere.org/ch/a.html"])
+    assert problems == [f"{base}ch/a.html#gone: no anchor #gone in ch/a.html",
+                        f"{base}ch/b.html: missing file ch/b.html",
+                        "https://elsewhere.org/ch/a.html: not under the site's address " + base]
+
+
 def test_link_checker_finds_missing_files_and_anchors(tmp_path: Path) -> None:
     site = tmp_path / "site"
     (site / "sub").mkdir(parents=True)
@@ -372,6 +385,20 @@ def test_internal_links_and_anchors_resolve(built_book: Path) -> None:
     (BUILD / "external-links.txt").write_text("".join(f"{u}\n" for u in sorted(report.external)))
     assert report.pages >= 5 + len(chapter_slugs()) and report.links > 100
     assert not report.broken, "\n".join(report.broken[:50])
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_colab_copies_link_to_pages_and_anchors_of_the_site(built_book: Path) -> None:
+    """The Colab copies cite "(Author, year)" linked to the chapter's reading list on the site."""
+    base = CONFIG["html"]["baseurl"]
+    urls = set()
+    for copy in sorted((ROOT / "colab").glob("*/*.ipynb")):
+        for cell in json.loads(copy.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                urls |= set(re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", "".join(cell["source"])))
+    assert any("#" in u for u in urls), "the Colab copies link their citations to the site"
+    assert not links.check_site_urls(built_book, base, sorted(urls))
 
 
 @pytest.mark.slow
