@@ -585,10 +585,9 @@ class FillCourseTables(SphinxPostTransform):
                                reftitle="the symbols of the course")
         note = nodes.inline("", "", classes=["course-notation-link"])
         note += [nodes.Text(" (symbols: "), link, nodes.Text(")")]
-        if isinstance(first, nodes.math):
-            first.parent += note
-        else:
-            first.parent.insert(first.parent.index(first) + 1, nodes.paragraph("", "", note))
+        # Right after the symbol (inline) or the display equation.
+        follow = note if isinstance(first, nodes.math) else nodes.paragraph("", "", note)
+        first.parent.insert(first.parent.index(first) + 1, follow)
 
 
 def rewrite_tables_always(app: Sphinx, env: Any) -> list[str]:
