@@ -31,7 +31,7 @@ def defined_names(source: str) -> list[str]:
     """Top-level ``def``/``class`` names of a cell (empty when it does not parse)."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     return [n.name for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]

@@ -48,7 +48,6 @@ def _full_course_lib_with_extras() -> str | None:
 def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[dict[str, Any], Any]],
                         out: Path, progress: bool = True) -> list[dict[str, Any]]:
     """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader."""
-    from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
@@ -81,34 +80,11 @@ def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[di
         for result, nb in tqdm(todo, desc=f"nbgrader autograde {chapter.name}", unit="nb",
                                file=sys.stderr, disable=not progress):
             start = time.time()
-            sid = result["student_id"]
-            sub = root / "submitted" / sid / chapter.name
-            sub.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, sub / f"{chapter.slug}.ipynb")
-            res = api.autograde(chapter.name, sid, force=True, create=True)
-            if not res.get("success"):
-                err = (res.get("error") or "").strip().splitlines()
-                log = (res.get("log") or "").strip().splitlines()
-                why = next((line for line in reversed(log) if "ERROR" in line), None) \
-                    or (err[-1] if err else "unknown error")
-                result.update(status="could not grade", reason=f"nbgrader autograde failed: {why}")
-            else:
-                with warnings.catch_warnings(), Gradebook(config.CourseDirectory.db_url) as gb:
-                    warnings.simplefilter("ignore")
-                    for ex in spec.exercises:
-                        try:
-                            grade = gb.find_grade(ex.test_grade_id, chapter.slug, chapter.name, sid)
-                            pts = float(grade.score)
-                        except MissingEntry:
-                            pts = 0.0
-                        result["exercises"][ex.exercise_id] = {
-                            "points": pts, "max_points": ex.points,
-                            "status": "passed" if pts >= ex.points else "failed",
-                            "messages": [], "notes": [], "logs": []}
-                fb = api.generate_feedback(chapter.name, sid, force=True)
-                html = root / "feedback" / sid / chapter.name / f"{chapter.slug}.html"
-                if fb.get("success") and html.exists():
-                    result["nbgrader_feedback"] = str(html)
+            try:
+                _grade_one(api, config, chapter, spec, root, result, nb)
+            except Exception as err:  # noqa: BLE001 - one submission never stops the batch
+                result.update(status="could not grade",
+                              reason=f"grader error: {type(err).__name__}: {str(err)[:300]}")
             result["seconds"] = round(time.time() - start, 2)
             done.append(result)
         return done
@@ -119,3 +95,38 @@ def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[di
             else:
                 os.environ["PYTHONPATH"] = old_pp
             shutil.rmtree(extra_path, ignore_errors=True)
+
+
+def _grade_one(api, config, chapter: Chapter, spec: ChapterSpec, root: Path,
+               result: dict[str, Any], nb) -> None:
+    """Autograde one submission and generate its feedback (fills ``result`` in place)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    sid = result["student_id"]
+    sub = root / "submitted" / sid / chapter.name
+    sub.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, sub / f"{chapter.slug}.ipynb")
+    res = api.autograde(chapter.name, sid, force=True, create=True)
+    if not res.get("success"):
+        err = (res.get("error") or "").strip().splitlines()
+        log = (res.get("log") or "").strip().splitlines()
+        why = next((line for line in reversed(log) if "ERROR" in line), None) \
+            or (err[-1] if err else "unknown error")
+        result.update(status="could not grade", reason=f"nbgrader autograde failed: {why}")
+    else:
+        with warnings.catch_warnings(), Gradebook(config.CourseDirectory.db_url) as gb:
+            warnings.simplefilter("ignore")
+            for ex in spec.exercises:
+                try:
+                    grade = gb.find_grade(ex.test_grade_id, chapter.slug, chapter.name, sid)
+                    pts = float(grade.score)
+                except MissingEntry:
+                    pts = 0.0
+                result["exercises"][ex.exercise_id] = {
+                    "points": pts, "max_points": ex.points,
+                    "status": "passed" if pts >= ex.points else "failed",
+                    "messages": [], "notes": [], "logs": []}
+        fb = api.generate_feedback(chapter.name, sid, force=True)
+        html = root / "feedback" / sid / chapter.name / f"{chapter.slug}.html"
+        if fb.get("success") and html.exists():
+            result["nbgrader_feedback"] = str(html)

@@ -1,15 +1,24 @@
 """``python -m autograder grade CHAPTER SUBMISSIONS``: grade a batch, write grades and feedback.
 
 Outputs under ``--out`` (default ``grading-out/``): ``grades.csv`` (student_id, one column per
-exercise, total, max_total), ``report.csv`` (every file: student, status, reason, seconds),
-``feedback/<student>.html``, ``gradebook.db`` (nbgrader's gradebook, written by this process
-only), ``score_distribution.png``, ``results/<student>.json`` (the cache: a file whose bytes, the
-chapter's source and the engine are unchanged is not graded again, so re-running gives the same
-grades and a late file grades only itself).
+exercise, total, max_total) and ``grades_long.csv``, ``canvas_grades.csv`` and
+``moodle_grades.csv`` (LMS imports, :mod:`autograder.lms`), ``report.csv`` (every file: student,
+status, reason, seconds), ``summary.html`` (the instructor's one page), ``similarity.html`` and
+``similarity.csv`` (solutions that look copied, :mod:`autograder.similarity`; never changes a
+grade), ``feedback/<student>.html``, ``gradebook.db`` (nbgrader's gradebook, written by this
+process only), ``score_distribution.png``, ``results/<student>.json`` (the cache: a file whose
+bytes, the chapter's source and the engine are unchanged is not graded again, so re-running gives
+the same grades and a late file grades only itself).
+
+Nothing one file causes stops the batch: discovery and validation turn every problem into that
+file's reason (:mod:`autograder.submissions`), each submission is graded inside its own
+``try``, and each output is written on its own, so a failure there is reported and the other
+outputs are still written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,18 +27,29 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autograder import __version__
 from autograder.chapter_spec import ChapterSpec, load_chapter_spec
 from autograder.paths import EXTRA_EXERCISES_ENV, Chapter, find_chapters, register_extra_exercises
 from autograder.report import (plot_distribution, render_feedback, write_gradebook,
-                               write_grades_csv, write_report_csv)
-from autograder.submissions import InvalidSubmission, discover, extract_zip, load_notebook, read_roster
+                               write_grades_csv, write_report_csv, write_summary)
+from autograder.submissions import (InvalidSubmission, SkippedEntry, discover, extract_zip,
+                                    load_notebook, printable, read_roster)
 
 
 def safe_name(student_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9@.+_-]", "_", student_id)[:100] or "_"
+    """A file name for a student's feedback and cache, distinct for distinct ids.
+
+    Example:
+        >>> safe_name("s1001"), safe_name("a/b") != safe_name("a_b")
+        ('s1001', True)
+    """
+    name = re.sub(r"[^A-Za-z0-9@.+_-]", "_", student_id)[:100] or "_"
+    if name != student_id or name in (".", ".."):
+        digest = hashlib.sha256(student_id.encode("utf-8", "backslashreplace")).hexdigest()[:8]
+        name = f"{name}-{digest}"
+    return name
 
 
 def _empty_result(spec: ChapterSpec, sid: str, rel: str, digest: str, engine: str) -> dict[str, Any]:
@@ -54,7 +74,12 @@ def grade_hardened_one(spec: ChapterSpec, nb, result: dict[str, Any], judge, cou
     from autograder.hardened import run_submission
     from autograder.rebuild import plan_submission
 
-    plan = plan_submission(spec, nb)
+    try:
+        plan = plan_submission(spec, nb)
+    except (RecursionError, MemoryError, ValueError, TypeError) as err:
+        result.update(status="could not grade", reason=f"the notebook's cells could not be "
+                      f"matched to the exercises ({type(err).__name__})")
+        return result
     result["notes"] += plan.notes
     records = work / "records" / safe_name(result["student_id"])
     if records.exists():
@@ -68,6 +93,28 @@ def grade_hardened_one(spec: ChapterSpec, nb, result: dict[str, Any], judge, cou
             "logs": [{"label": log.label, "source": log.source, "output": log.output,
                       "error": log.error} for log in r.logs]}
     return result
+
+
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    """A cached result, or None when there is none or it cannot be used."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    needed = ("student_id", "status", "exercises", "total")
+    return old if isinstance(old, dict) and all(k in old for k in needed) else None
+
+
+FAILED = object()
+
+
+def _step(failures: list[str], what: str, fn: Callable[[], Any]) -> Any:
+    """Run one output step; a failure is reported (``FAILED``) and the next steps still run."""
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - one output never stops the others
+        failures.append(f"{what}: {type(err).__name__}: {str(err)[:300]}")
+        return FAILED
 
 
 def run_grade(args) -> int:
@@ -86,39 +133,49 @@ def run_grade(args) -> int:
     if not submissions.exists():
         print(f"no such folder or zip: {submissions}", file=sys.stderr)
         return 2
+    skipped: list[SkippedEntry] = []
     if submissions.is_file() and submissions.suffix.lower() == ".zip":
-        submissions = extract_zip(submissions, out / "work" / "extracted")
+        submissions = extract_zip(submissions, out / "work" / "extracted", skipped)
     roster = read_roster(args.roster) if args.roster else None
-    files = discover(submissions, chapter.slug, roster)
+    files = discover(submissions.resolve(), chapter.slug, roster, skipped)
     rows: list[dict[str, Any]] = []
     todo: list[tuple[dict[str, Any], Any]] = []
     results: dict[str, dict[str, Any]] = {}
     cached: list[dict[str, Any]] = []
+    code: dict[str, dict[str, str]] = {}  # student -> exercise -> code, for the similarity report
     for sf in files:
         row = {"file": sf.rel, "student_id": sf.student or "", "mapping": sf.rule or sf.problem}
         rows.append(row)
         if not sf.student:
-            row.update(status="not mapped", reason=sf.problem)
+            row.update(status="not read" if sf.irregular else "not mapped", reason=sf.problem)
             continue
         cache = out / "results" / f"{safe_name(sf.student)}.json"
+        nb, notes, invalid = None, [], ""
         try:
+            if sf.irregular or sf.path is None:
+                reason = sf.irregular or "the file was not extracted"
+                raise InvalidSubmission(reason, hashlib.sha256(reason.encode()).hexdigest())
             nb, notes, digest = load_notebook(sf.path)
         except InvalidSubmission as err:
-            import hashlib
-            digest = hashlib.sha256(sf.path.read_bytes()).hexdigest()
-            nb, notes = None, []
-            invalid = str(err)
-        else:
-            invalid = ""
-        if cache.exists() and not args.force:
-            old = json.loads(cache.read_text())
-            if (old.get("sha256"), old.get("source_sha"), old.get("engine"), old.get("version")) \
-                    == (digest, spec.source_sha, args.engine, __version__):
-                results[sf.student] = old
-                cached.append(old)
-                row.update(status=old["status"] + " (cached)", reason=old.get("reason", ""),
-                           seconds=old.get("seconds", 0))
-                continue
+            digest, invalid = err.digest, str(err)
+        except Exception as err:  # noqa: BLE001 - one file never stops the batch
+            digest, invalid = "", f"the file could not be read ({type(err).__name__})"
+        if nb is not None:
+            try:
+                from autograder.similarity import student_code
+
+                code[sf.student] = student_code(spec, nb)
+            except Exception:  # noqa: BLE001 - the similarity report is advisory
+                pass
+        old = _read_cache(cache) if cache.exists() and not args.force else None
+        if old is not None and (old.get("sha256"), old.get("source_sha"), old.get("engine"),
+                                old.get("version")) == (digest, spec.source_sha, args.engine,
+                                                        __version__) and digest:
+            results[sf.student] = old
+            cached.append(old)
+            row.update(status=old["status"] + " (cached)", reason=old.get("reason", ""),
+                       seconds=old.get("seconds", 0))
+            continue
         result = _empty_result(spec, sf.student, sf.rel, digest, args.engine)
         result["notes"] += notes
         if invalid:
@@ -143,20 +200,33 @@ def run_grade(args) -> int:
         if r is not None:
             r = results.get(r["student_id"], r)
             row.update(status=r["status"], reason=r.get("reason", ""), seconds=r.get("seconds", 0))
+    failures: list[str] = []
     for sid, r in results.items():
-        (out / "results" / f"{safe_name(sid)}.json").write_text(json.dumps(r, indent=1))
+        _step(failures, f"results/{safe_name(sid)}.json", lambda: (
+            out / "results" / f"{safe_name(sid)}.json").write_text(json.dumps(r, indent=1)))
         page = out / "feedback" / f"{safe_name(sid)}.html"
         if r.get("nbgrader_feedback") and Path(r["nbgrader_feedback"]).exists():
-            shutil.copyfile(r["nbgrader_feedback"], page)
+            _step(failures, f"feedback of {sid}", lambda: shutil.copyfile(
+                r["nbgrader_feedback"], page))
         elif not (r.get("engine") == "nbgrader" and page.exists() and r in cached):
-            page.write_text(render_feedback(spec, r), encoding="utf-8")
+            _step(failures, f"feedback of {sid}", lambda: page.write_text(
+                render_feedback(spec, r), encoding="utf-8", errors="backslashreplace"))
     final = sorted(results.values(), key=lambda r: r["student_id"])
-    write_grades_csv(out / "grades.csv", spec, final)
-    write_report_csv(out / "report.csv", rows)
+    _step(failures, "grades.csv", lambda: write_grades_csv(out / "grades.csv", spec, final))
+    _step(failures, "report.csv", lambda: write_report_csv(out / "report.csv", rows))
+    _step(failures, "LMS files", lambda: _write_lms(out, spec, final, args.roster))
+    plot = None
     if final:
-        write_gradebook(out / "gradebook.db", chapter.name, chapter.slug, spec, final)
-        plot_distribution(out / "score_distribution.png", spec, final)
+        _step(failures, "gradebook.db", lambda: write_gradebook(
+            out / "gradebook.db", chapter.name, chapter.slug, spec, final))
+        if _step(failures, "score_distribution.png", lambda: plot_distribution(
+                out / "score_distribution.png", spec, final)) is not FAILED:
+            plot = out / "score_distribution.png"
+    flags = _step(failures, "similarity report", lambda: _write_similarity(out, spec, code))
+    flags = None if flags is FAILED else flags
     wall = time.time() - t0
+    _step(failures, "summary.html", lambda: write_summary(
+        out / "summary.html", spec, final, rows, plot, flags, wall))
     graded_now = sum(1 for r, _ in todo)
     problems = [row for row in rows if row.get("status") not in ("graded", "graded (cached)")]
     print(f"\n{chapter.name}: {len(final)} students in grades.csv ({graded_now} graded now, "
@@ -165,9 +235,30 @@ def run_grade(args) -> int:
     if problems:
         print(f"could not grade {len(problems)} file(s):")
         for row in problems:
-            print(f"  {row['file']}: {row['status']}: {row.get('reason', '')}")
-    print(f"grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}; report: {out / 'report.csv'}")
-    return 0
+            print(printable(f"  {row['file']}: {row['status']}: {row.get('reason', '')}"))
+    if flags:
+        print(f"similarity: {flags} flag(s) of solutions that look copied: "
+              f"{out / 'similarity.html'} (grades are not changed by it)")
+    for failure in failures:
+        print(printable(f"could not write {failure}"), file=sys.stderr)
+    print(f"grades: {out / 'grades.csv'}; summary: {out / 'summary.html'}; feedback: "
+          f"{out / 'feedback'}; report: {out / 'report.csv'}")
+    return 1 if failures else 0
+
+
+def _write_lms(out: Path, spec: ChapterSpec, final: list[dict[str, Any]],
+               roster_path: Path | None) -> None:
+    from autograder.lms import read_roster_rows, write_lms_files
+
+    write_lms_files(out, spec, final, read_roster_rows(roster_path))
+
+
+def _write_similarity(out: Path, spec: ChapterSpec, code: dict[str, dict[str, str]]) -> int:
+    from autograder.similarity import analyse, write_report
+
+    report = analyse(spec, code)
+    write_report(out, spec, report)
+    return len(report.flags)
 
 
 def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> None:

@@ -86,7 +86,10 @@ class Judge:
             except Exception as err:  # noqa: BLE001 - a bad record fails its case, nothing more
                 messages.append(f"case {k + 1} ({case.name}): unreadable result ({err})")
                 continue
-            msg = self.judge_case(exercise_id, k, record)
+            try:
+                msg = self.judge_case(exercise_id, k, record)
+            except Exception as err:  # noqa: BLE001 - a hostile record fails its case only
+                msg = f"the result could not be judged ({type(err).__name__})"
             if msg is None:
                 passed += 1
             elif grading.is_reference_call(msg):

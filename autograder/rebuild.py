@@ -65,7 +65,7 @@ def helper_statements(source: str) -> str:
     """
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ""
     kept = []
     lines = source.split("\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +72,15 @@ def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, A
     points = {(r["student_id"], ex.exercise_id):
               f"{r['exercises'].get(ex.exercise_id, {}).get('points', 0.0):g}"
               for r in rows for ex in chapter.exercises}
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         w = csv.writer(f)
         w.writerow(["student_id", *[ex.name for ex in chapter.exercises], "total", "max_total"])
         for r in rows:
             w.writerow([r["student_id"],
                         *[points[r["student_id"], ex.exercise_id] for ex in chapter.exercises],
                         f"{r['total']:g}", f"{r['max_total']:g}"])
-    with open(path.with_name("grades_long.csv"), "w", newline="", encoding="utf-8") as f:
+    with open(path.with_name("grades_long.csv"), "w", newline="", encoding="utf-8",
+              errors="backslashreplace") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "exercise", "points", "max_points"])
         for r in rows:
@@ -90,7 +92,7 @@ def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, A
 def write_report_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """Every file seen: the student it was mapped to (or why not), status, reason, seconds."""
     cols = ["file", "student_id", "mapping", "status", "reason", "seconds"]
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         for row in rows:
@@ -150,3 +152,115 @@ def write_gradebook(db: Path, chapter_name: str, slug: str, chapter: ChapterSpec
                 grade = gb.find_grade(ex.test_grade_id, slug, chapter_name, r["student_id"])
                 grade.auto_score = float(r["exercises"].get(ex.exercise_id, {}).get("points", 0.0))
             gb.db.commit()
+
+
+_NUMBER = re.compile(r"-?\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b|\bnan\b|-?\binf\b", re.I)
+_CASE_PREFIX = re.compile(r"^case \d+ \([^\n]*?\): ")
+GRADED = ("graded", "graded (cached)")
+
+
+def failure_kind(message: str) -> str:
+    """A failure message with what varies between students removed, to count alike failures.
+
+    The case prefix goes, only the first line is kept (the slip's own words when there is one),
+    numbers become ``#``.
+
+    Example:
+        >>> failure_kind("case 2 (float32, masked): output: largest error 0.31 at index (0, 1)")
+        'output: largest error # at index (#, #)'
+    """
+    first = _CASE_PREFIX.sub("", message.strip()).split("\n", 1)[0].strip()
+    return _NUMBER.sub("#", first)[:300]
+
+
+def common_failures(chapter: ChapterSpec, results: list[dict[str, Any]],
+                    top: int = 5) -> dict[str, list[tuple[str, int, str]]]:
+    """Per exercise, the ``top`` most common failures: ``(kind, students, an example)``."""
+    out: dict[str, list[tuple[str, int, str]]] = {}
+    for ex in chapter.exercises:
+        counts: dict[str, int] = {}
+        example: dict[str, str] = {}
+        for r in results:
+            res = r.get("exercises", {}).get(ex.exercise_id, {})
+            if r.get("status") != "graded" or res.get("status") == "passed":
+                continue
+            kinds = {}
+            for m in res.get("messages", [])[:50]:
+                kinds.setdefault(failure_kind(str(m)), str(m))
+            for k, m in kinds.items():
+                counts[k] = counts.get(k, 0) + 1
+                example.setdefault(k, m)
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        out[ex.exercise_id] = [(k, n, example[k]) for k, n in ranked]
+    return out
+
+
+def write_summary(path: Path, chapter: ChapterSpec, results: list[dict[str, Any]],
+                  rows: list[dict[str, Any]], plot: Path | None = None,
+                  similarity_flags: int | None = None, wall: float | None = None) -> None:
+    """The instructor's one page: distribution, pass rates, common failures, ungradable files."""
+    import base64
+    import statistics
+
+    e = html.escape
+    graded = [r for r in results if r.get("status") == "graded"]
+    totals = [float(r["total"]) for r in results]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(chapter.name)}: "
+             f"grading summary</title><style>{_STYLE}</style></head><body>",
+             f"<h1>{e(chapter.name)}: grading summary</h1>",
+             f"<p>{len(results)} students in grades.csv ({len(graded)} graded, "
+             f"{len(results) - len(graded)} could not be graded and count 0); "
+             f"{sum(1 for row in rows if row.get('status') not in GRADED)} file(s) not graded"
+             + (f"; wall time {wall:.0f} s" if wall is not None else "") + ".</p>",
+             "<h2>Score distribution</h2>"]
+    if totals:
+        parts.append(f"<p>Total out of {chapter.max_total:g}: mean {statistics.mean(totals):.2f}, "
+                     f"median {statistics.median(totals):g}, full marks "
+                     f"{sum(t == chapter.max_total for t in totals)}, zero "
+                     f"{sum(t == 0 for t in totals)}.</p>")
+    if plot is not None and plot.exists():
+        data = base64.b64encode(plot.read_bytes()).decode()
+        parts.append(f"<img alt='histograms of the points of each exercise and of the total' "
+                     f"src='data:image/png;base64,{data}' style='max-width:100%'>")
+    parts.append("<h2>Exercises</h2><table><tr><th>exercise</th><th>points</th><th>passed</th>"
+                 "<th>pass rate</th></tr>")
+    for ex in chapter.exercises:
+        passed = sum(1 for r in results
+                     if r.get("exercises", {}).get(ex.exercise_id, {}).get("status") == "passed")
+        rate = f"{passed / len(results):.0%}" if results else "-"
+        parts.append(f"<tr><td>{e(ex.name)}</td><td>{ex.points:g}</td><td>{passed} / "
+                     f"{len(results)}</td><td>{rate}</td></tr>")
+    parts.append("</table><h2>What the class got wrong</h2>"
+                 "<p>The most common failures of each exercise among the graded files (numbers "
+                 "replaced by #), with the number of students and one message as a student read "
+                 "it.</p>")
+    failures = common_failures(chapter, results)
+    for ex in chapter.exercises:
+        common = failures.get(ex.exercise_id, [])
+        parts.append(f"<h3>{e(ex.name)}</h3>")
+        if not common:
+            parts.append("<p class='passed'>No failures.</p>")
+            continue
+        parts.append("<table><tr><th>students</th><th>failure</th><th>for example</th></tr>")
+        for kind, n, example in common:
+            parts.append(f"<tr><td>{n}</td><td>{e(kind)}</td><td><pre>{e(example[:600])}</pre>"
+                         "</td></tr>")
+        parts.append("</table>")
+    problems = [row for row in rows if row.get("status") not in GRADED]
+    parts.append(f"<h2>Files that could not be graded ({len(problems)})</h2>")
+    if problems:
+        parts.append("<table><tr><th>file</th><th>student</th><th>status</th><th>why</th></tr>")
+        for row in problems:
+            parts.append(f"<tr><td><code>{e(str(row.get('file', '')))}</code></td>"
+                         f"<td>{e(str(row.get('student_id', '')))}</td>"
+                         f"<td>{e(str(row.get('status', '')))}</td>"
+                         f"<td>{e(str(row.get('reason', '')))}</td></tr>")
+        parts.append("</table>")
+    else:
+        parts.append("<p>None.</p>")
+    if similarity_flags is not None:
+        parts.append(f"<h2>Similarity</h2><p>{similarity_flags} flag(s) of solutions that look "
+                     "copied (from a classmate or from course_lib): see <a href='similarity.html'>"
+                     "similarity.html</a>. Grades are not changed by it.</p>")
+    parts.append("</body></html>\n")
+    path.write_text("\n".join(parts), encoding="utf-8", errors="backslashreplace")

@@ -276,7 +276,7 @@ class Sandbox:
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             reply = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser
             self.kill()
             raise SandboxDied("the kernel's reply was garbled (did your code write to the "
                               "grader's channel?)") from None

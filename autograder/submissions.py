@@ -1,6 +1,6 @@
 """Finding submitted notebooks, mapping them to students, and validating each file.
 
-Mapping rules (every decision is written to ``mapping.csv``; a file that matches no rule is
+Mapping rules (every decision is written to ``report.csv``; a file that matches no rule is
 reported as unmapped, never guessed):
 
 * one folder per student (``SUBMISSIONS/<student>/<any name>.ipynb``): the folder names the
@@ -13,46 +13,124 @@ reported as unmapped, never guessed):
   ``seq2seq (1).ipynb``), which names no student;
 * two files of one student: the newest (modification time, or the zip entry's date) is graded, the
   other is reported as superseded.
+
+Untrusted input is read within bounds, and nothing one file does stops the others:
+
+* submissions are read only as **regular files inside the submissions folder**: the walk never
+  follows a symbolic link (a link named like a notebook is mapped to its student and fails with
+  "symbolic link", a link to a folder is reported and not entered), files are opened with
+  ``O_NOFOLLOW`` and checked to be regular (a named pipe cannot block the grader), and zip entries
+  that are links are reported and not extracted;
+* the walk goes at most :data:`MAX_WALK_DEPTH` folders deep and reads at most :data:`MAX_ENTRIES`
+  entries; a zip holds at most :data:`MAX_ZIP_FILES` entries, each extracted up to
+  :data:`MAX_FILE_BYTES` (+1 byte, so that an oversized entry fails validation with its reason);
+* a notebook is at most :data:`MAX_FILE_BYTES`, its JSON at most :data:`MAX_JSON_DEPTH` levels
+  deep (checked before parsing, so no parser recursion), and it must pass nbformat's schema after
+  the upgrade to format 4; the reason of a failure names the cell that is wrong.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import time
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import numpy as np
 
 MAX_FILE_BYTES = 20 << 20
 MAX_ZIP_BYTES = 2 << 30
 MAX_ZIP_FILES = 10_000
+MAX_ENTRIES = 20_000
+MAX_WALK_DEPTH = 4
+MAX_JSON_DEPTH = 100
 _TOKEN = re.compile(r"[A-Za-z0-9@.+-]+")
 _COPY = re.compile(r"^(copy of )+|\s*\(\d+\)$|\s*-\s*copy$|_\d+$", re.I)
+_SKIP_NAMES = (".ipynb_checkpoints", "__MACOSX")
+LINK_REASON = ("the file is a symbolic link, not a notebook: submissions are read only as "
+               "regular files inside the submissions folder (upload the notebook itself)")
+OTHER_REASON = "not a regular file (a named pipe, socket or device): not read"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write as UTF-8: lone surrogates (the undecodable bytes of a file name,
+    a student's odd output) become backslash escapes.
+
+    Example:
+        >>> printable("caf\\udce9")
+        'caf\\\\udce9'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @dataclass
 class SubmissionFile:
-    path: Path
-    rel: str  # path relative to the submissions root, for reports
+    """A file (or zip entry) found among the submissions.
+
+    Attributes:
+        path: where it is on disk; ``None`` for a zip entry that was not extracted (a link).
+        rel: path relative to the submissions root, printable, for reports.
+        mtime: modification time (or the zip entry's date), used to pick a student's newest file.
+        student, rule: the student it was mapped to and by which rule.
+        problem: why it is not mapped (or not graded).
+        irregular: why it is never read, when it is not a regular file (a symbolic link, a named
+            pipe): it is mapped to its student like a file and fails with this reason when it
+            is the student's only candidate.
+    """
+
+    path: Path | None
+    rel: str
     mtime: float
     student: str | None = None
     rule: str = ""
     problem: str = ""
+    irregular: str = ""
 
 
-def extract_zip(zip_path: Path, dest: Path) -> Path:
-    """Extract an LMS zip safely (no absolute or ``..`` paths, size and count caps)."""
+@dataclass(frozen=True)
+class SkippedEntry:
+    """A zip entry that was not extracted, and why (reported in report.csv)."""
+
+    name: str
+    reason: str
+    mtime: float = 0.0
+    link: bool = False
+
+
+def extract_zip(zip_path: Path, dest: Path, skipped: list[SkippedEntry] | None = None) -> Path:
+    """Extract an LMS zip safely; return the folder to grade.
+
+    Never extracted (each one appended to ``skipped`` with its reason): absolute or ``..`` names,
+    symbolic links, entries that cannot be read (encrypted, corrupt). Each entry is copied up to
+    ``MAX_FILE_BYTES + 1`` bytes. Caps: :data:`MAX_ZIP_FILES` entries, :data:`MAX_ZIP_BYTES`
+    declared in all.
+
+    Raises:
+        SystemExit: the zip itself cannot be read, or is over the caps (the whole batch is bad).
+    """
+    skipped = [] if skipped is None else skipped
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    with zipfile.ZipFile(zip_path) as z:
+    try:
+        z = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise SystemExit(f"{zip_path}: not a readable zip ({err})") from None
+    with z:
         infos = z.infolist()
         if len(infos) > MAX_ZIP_FILES:
             raise SystemExit(f"{zip_path}: {len(infos)} entries; at most {MAX_ZIP_FILES}")
@@ -61,20 +139,56 @@ def extract_zip(zip_path: Path, dest: Path) -> Path:
         for info in infos:
             name = info.filename.replace("\\", "/")
             parts = [p for p in name.split("/") if p not in ("", ".")]
-            if (not parts or ".." in parts or info.is_dir() or name.startswith(("/", "__MACOSX"))
-                    or ":" in parts[0]):
+            if not parts or info.is_dir() or parts[0] in _SKIP_NAMES:
+                continue
+            try:
+                stamp = time.mktime(info.date_time + (0, 0, -1))
+            except (OverflowError, ValueError):
+                stamp = 0.0
+            if ".." in parts or name.startswith("/") or ":" in parts[0]:
+                skipped.append(SkippedEntry(printable(name), "a path outside the zip's folder "
+                                            "(absolute or with ..): not extracted", stamp))
+                continue
+            mode = info.external_attr >> 16
+            if info.create_system == 3 and stat.S_ISLNK(mode):
+                skipped.append(SkippedEntry("/".join(parts), "a symbolic link in the zip: not "
+                                            "extracted (only regular files are graded)",
+                                            stamp, link=True))
                 continue
             target = dest.joinpath(*parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with z.open(info) as src, open(target, "wb") as out:
-                shutil.copyfileobj(src, out)
-            stamp = time.mktime(info.date_time + (0, 0, -1))
-            os.utime(target, (stamp, stamp))
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(_capped(src, MAX_FILE_BYTES + 1), out)
+                os.utime(target, (stamp, stamp))
+            except (OSError, RuntimeError, ValueError, zipfile.BadZipFile, EOFError) as err:
+                skipped.append(SkippedEntry("/".join(parts), f"could not be extracted "
+                                            f"({type(err).__name__}: {str(err)[:200]})", stamp))
+                if target.is_file():
+                    target.unlink()
     # an LMS zip may wrap per-student folders in one top folder: unwrap it
     entries = [p for p in dest.iterdir() if not p.name.startswith(".")]
     if len(entries) == 1 and entries[0].is_dir() and any(p.is_dir() for p in entries[0].iterdir()):
+        top = entries[0].name + "/"
+        skipped[:] = [SkippedEntry(s.name[len(top):], s.reason, s.mtime, s.link)
+                      if s.name.startswith(top) else s for s in skipped]
         return entries[0]
     return dest
+
+
+class _capped:
+    """A file-like reader that yields at most ``limit`` bytes of ``src``."""
+
+    def __init__(self, src, limit: int) -> None:
+        self.src, self.left = src, limit
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.src.read(n)
+        self.left -= len(data)
+        return data
 
 
 def read_roster(path: Path) -> dict[str, str]:
@@ -120,20 +234,102 @@ def _map_by_roster(sf: SubmissionFile, text: str, kind: str, subject: str,
         sf.problem = f"{subject} matches {'no' if not hits else 'several'} roster entries"
 
 
-def discover(root: Path, slug: str, roster: dict[str, str] | None) -> list[SubmissionFile]:
-    """Every ``.ipynb`` under ``root``, mapped to a student id or given a problem."""
-    files = []
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or ".ipynb_checkpoints" in path.parts or path.name.startswith("."):
+@dataclass
+class _Entry:
+    path: Path | None
+    rel: str
+    mtime: float
+    kind: str  # "file", "link", "other": what lstat says (a zip link is "link", path None)
+
+
+def _walk(root: Path, notes: list[SubmissionFile]) -> list[_Entry]:
+    """Regular files and links under ``root`` without following any link, within the caps.
+
+    Hidden names, ``.ipynb_checkpoints`` and ``__MACOSX`` are skipped. Links to folders, folders
+    too deep, unreadable folders and the entries past :data:`MAX_ENTRIES` are added to ``notes``.
+    """
+    found: list[_Entry] = []
+    stack: list[tuple[Path, int]] = [(root, 0)]
+    seen = 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            rel = printable(folder.relative_to(root).as_posix())
+            notes.append(SubmissionFile(None, rel, 0.0, problem=f"folder could not be read "
+                                        f"({err.strerror or err})"))
             continue
-        rel = path.relative_to(root).as_posix()
-        sf = SubmissionFile(path, rel, path.stat().st_mtime)
-        if path.suffix.lower() != ".ipynb":
-            if path.suffix.lower() in (".json", ".txt", ".py", ".zip", ""):
+        subfolders = []
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in _SKIP_NAMES:
+                continue
+            seen += 1
+            path = Path(entry.path)
+            rel = printable(path.relative_to(root).as_posix())
+            if seen > MAX_ENTRIES:
+                notes.append(SubmissionFile(None, rel, 0.0, problem=f"more than {MAX_ENTRIES} "
+                                            "entries in the submissions folder: not read"))
+                return found
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if depth + 1 >= MAX_WALK_DEPTH:
+                    notes.append(SubmissionFile(None, rel + "/", st.st_mtime, problem=(
+                        f"folder more than {MAX_WALK_DEPTH} levels deep: not read")))
+                else:
+                    subfolders.append((path, depth + 1))
+            elif stat.S_ISLNK(st.st_mode):
+                if path.suffix.lower() == ".ipynb":
+                    found.append(_Entry(path, rel, st.st_mtime, "link"))
+                else:
+                    notes.append(SubmissionFile(None, rel, st.st_mtime, irregular=LINK_REASON,
+                                                problem="a symbolic link: not followed "
+                                                "(submissions are read only as regular files "
+                                                "inside the submissions folder)"))
+            elif stat.S_ISREG(st.st_mode):
+                found.append(_Entry(path, rel, st.st_mtime, "file"))
+            else:
+                found.append(_Entry(path, rel, st.st_mtime, "other"))
+        stack.extend(reversed(subfolders))
+    return found
+
+
+def discover(root: Path, slug: str, roster: dict[str, str] | None,
+             skipped: list[SkippedEntry] | None = None) -> list[SubmissionFile]:
+    """Every ``.ipynb`` under ``root``, mapped to a student id or given a problem.
+
+    Args:
+        skipped: zip entries that were not extracted (:func:`extract_zip`); a link among them is
+            mapped like a file (and fails as a link), the others are reported as they are.
+    """
+    files: list[SubmissionFile] = []
+    entries = _walk(root, files)
+    for s in skipped or []:
+        if s.link and s.name.lower().endswith(".ipynb"):
+            entries.append(_Entry(None, s.name, s.mtime, "link"))
+        else:
+            files.append(SubmissionFile(None, s.name, s.mtime, problem=s.reason,
+                                        irregular=LINK_REASON if s.link else ""))
+    for entry in entries:
+        rel = entry.rel
+        name = rel.rsplit("/", 1)[-1]
+        irregular = {"link": LINK_REASON, "other": OTHER_REASON}.get(entry.kind, "")
+        sf = SubmissionFile(entry.path, rel, entry.mtime, irregular=irregular)
+        suffix = os.path.splitext(name)[1].lower()
+        if suffix != ".ipynb":
+            if sf.irregular:
+                sf.problem = sf.irregular
+                files.append(sf)
+                continue
+            if suffix in (".json", ".txt", ".py", ".zip", ""):
                 sf.problem = "not a .ipynb file"
                 files.append(sf)
             continue
-        parts = path.relative_to(root).parts
+        parts = rel.split("/")
         if len(parts) > 1:
             folder = parts[0]
             if roster is not None:
@@ -141,7 +337,7 @@ def discover(root: Path, slug: str, roster: dict[str, str] | None) -> list[Submi
             else:
                 sf.student, sf.rule = folder, "folder name"
         else:
-            stem = path.stem
+            stem = os.path.splitext(name)[0]
             if roster is not None:
                 _map_by_roster(sf, stem, "file name", "file name", roster)
             else:
@@ -161,58 +357,176 @@ def discover(root: Path, slug: str, roster: dict[str, str] | None) -> list[Submi
                 else:
                     sf.problem = "the file name names no student id; pass --roster"
         files.append(sf)
-    # one file per student: the newest
+    # one file per student: the newest regular file (a link or pipe only when nothing else)
     by_student: dict[str, list[SubmissionFile]] = {}
     for sf in files:
         if sf.student:
             by_student.setdefault(sf.student, []).append(sf)
     for sid, group in by_student.items():
         if len(group) > 1:
-            group.sort(key=lambda s: (s.mtime, s.rel))
+            group.sort(key=lambda s: (not s.irregular, s.mtime, s.rel))
             for old in group[:-1]:
-                old.problem = f"superseded by the newer {group[-1].rel} of {sid}"
+                if old.irregular:
+                    old.problem = f"{old.irregular}; {group[-1].rel} of {sid} was graded instead"
+                else:
+                    old.problem = f"superseded by the newer {group[-1].rel} of {sid}"
                 old.student = None
     return files
 
 
 class InvalidSubmission(Exception):
-    """The file cannot be graded; the message says why in words a student understands."""
+    """The file cannot be graded; the message says why in words a student understands.
+
+    Attributes:
+        digest: the sha256 of the bytes read (the cache key), or ``""`` when nothing was read.
+    """
+
+    def __init__(self, message: str, digest: str = "") -> None:
+        super().__init__(message)
+        self.digest = digest
+
+
+def read_regular_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, read only if it is a regular file (never through a link).
+
+    At most ``max_bytes + 1`` bytes are read, so an oversized file costs no more than that.
+
+    Raises:
+        InvalidSubmission: a link, not a regular file, unreadable, empty or too large.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InvalidSubmission(LINK_REASON) from None
+        raise InvalidSubmission(f"the file could not be read ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidSubmission(OTHER_REASON)
+        raw = f.read(max_bytes + 1)
+    digest = hashlib.sha256(raw).hexdigest()
+    if not raw:
+        raise InvalidSubmission("the file is empty (0 bytes)", digest)
+    if len(raw) > max_bytes:
+        raise InvalidSubmission(f"the file is larger than the {max_bytes / 2**20:.0f} MiB limit "
+                                "(clear the outputs and resubmit)", digest)
+    return raw
+
+
+# A JSON string, or an unterminated one up to the end. The possessive quantifiers and the
+# match-to-the-end make every attempt succeed without backtracking, so the scan is linear even
+# for hostile text like '"\\"\\"\\"...' (a plain string pattern takes quadratic time on it).
+_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.S)
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest, without parsing it.
+
+    Brackets inside strings do not count; for malformed text the answer may be too high, never
+    too low, so it is a safe bound before a recursive parser runs.
+
+    Example:
+        >>> json_depth(b'{"a": [1, {"b": "]]"}]}')
+        3
+    """
+    bare = np.frombuffer(_JSON_STRING.sub(b"", raw), dtype=np.uint8)
+    if bare.size == 0:
+        return 0
+    step = ((bare == ord("[")) | (bare == ord("{"))).astype(np.int32) \
+        - ((bare == ord("]")) | (bare == ord("}"))).astype(np.int32)
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _json_kind(value: object) -> str:
+    for kind, words in ((dict, "an object"), (list, "a list holding something other than strings"),
+                        (str, "a string"), (bool, "a boolean"), (type(None), "null")):
+        if isinstance(value, kind):
+            return words
+    return "a number"
+
+
+def _describe_validation_error(err: Exception, nb: dict) -> str:
+    path = list(getattr(err, "absolute_path", None) or getattr(err, "path", None) or [])
+    message = str(getattr(err, "message", "") or str(err).split("\n", 1)[0])[:200]
+    if len(path) >= 2 and path[0] == "cells" and isinstance(path[1], int):
+        k = path[1]
+        cell = nb["cells"][k] if k < len(nb.get("cells", [])) else {}
+        kind = cell.get("cell_type", "?") if isinstance(cell, dict) else "?"
+        where = "/".join(str(p) for p in path[2:]) or "the cell itself"
+        if path[2:] == ["source"] and isinstance(cell, dict):
+            message = (f"the source must be text (a string or a list of strings), not "
+                       f"{_json_kind(cell.get('source'))}")
+        return (f"cell {k + 1} ({kind} cell) is not valid in a Jupyter notebook: {where}: "
+                f"{message}")
+    where = "/".join(str(p) for p in path) or "the top level"
+    return f"the notebook is not valid nbformat ({where}: {message})"
 
 
 def load_notebook(path: Path, max_bytes: int = MAX_FILE_BYTES) -> tuple[nbformat.NotebookNode, list[str], str]:
-    """Validate and normalise a submitted notebook.
+    """Read, bound, validate and normalise a submitted notebook.
+
+    Steps: a regular file only (:func:`read_regular_file`), UTF-8, JSON at most
+    :data:`MAX_JSON_DEPTH` levels deep, a notebook, upgraded to nbformat 4, then validated
+    against nbformat's schema (a notebook with cell ids but ``nbformat_minor`` below 5 is read
+    as 4.5, what Jupyter does).
 
     Returns:
         ``(notebook as nbformat v4, notes on repairs, sha256 of the file)``.
 
     Raises:
-        InvalidSubmission: empty, too large, not JSON, not a notebook.
+        InvalidSubmission: with the reason and the file's digest.
     """
-    size = path.stat().st_size
-    if size == 0:
-        raise InvalidSubmission("the file is empty (0 bytes)")
-    if size > max_bytes:
-        raise InvalidSubmission(f"the file is {size / 2**20:.1f} MiB; the limit is "
-                                f"{max_bytes / 2**20:.0f} MiB (clear the outputs and resubmit)")
-    raw = path.read_bytes()
+    raw = read_regular_file(path, max_bytes)
     digest = hashlib.sha256(raw).hexdigest()
     try:
-        data = json.loads(raw.decode("utf-8-sig"))
+        return _parse_notebook(raw, digest)
+    except InvalidSubmission:
+        raise
+    except (RecursionError, MemoryError) as err:
+        raise InvalidSubmission(f"the notebook is too deeply nested or too large to read "
+                                f"({type(err).__name__})", digest) from None
+
+
+def _parse_notebook(raw: bytes, digest: str) -> tuple[nbformat.NotebookNode, list[str], str]:
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InvalidSubmission("the file is not text (UTF-8)") from None
+        raise InvalidSubmission("the file is not text (UTF-8)", digest) from None
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidSubmission(f"the file nests JSON {depth} levels deep; a notebook needs "
+                                f"far fewer (at most {MAX_JSON_DEPTH} are read)", digest)
+    try:
+        data = json.loads(text)
     except ValueError as err:
-        raise InvalidSubmission(f"the file is not valid JSON ({err})") from None
+        raise InvalidSubmission(f"the file is not valid JSON ({str(err)[:200]})", digest) from None
     if not isinstance(data, dict) or ("cells" not in data and "worksheets" not in data):
-        raise InvalidSubmission("the file is JSON but not a Jupyter notebook (no cells)")
+        raise InvalidSubmission("the file is JSON but not a Jupyter notebook (no cells)", digest)
     notes = []
     major = data.get("nbformat")
-    try:
-        nb = nbformat.reads(json.dumps(data), as_version=4)
+    if type(major) is not int or not 1 <= major <= 4:
+        raise InvalidSubmission(f"the file says it is in notebook format {str(major)[:20]}; "
+                                "Jupyter notebooks are in format 4 (or an older 1 to 3)", digest)
+    try:  # nbformat.reads without its own validation (done once, below, with the cell named)
+        nb = nbformat.convert(nbformat.from_dict(data), 4)
     except Exception as err:  # noqa: BLE001 - nbformat raises many kinds
         raise InvalidSubmission(f"the notebook could not be read ({type(err).__name__}: "
-                                f"{str(err)[:200]})") from None
+                                f"{str(err)[:200]})", digest) from None
     if major != 4:
         notes.append(f"the notebook was in format {major}; it was upgraded to format 4")
+    cells = nb.get("cells")
+    if isinstance(cells, list) and nb.get("nbformat_minor", 0) < 5 and any(
+            isinstance(c, dict) and "id" in c for c in cells):
+        nb["nbformat_minor"] = 5  # ids belong to 4.5; Jupyter reads such a file as 4.5
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.validate(nb)
+    except nbformat.ValidationError as err:
+        raise InvalidSubmission(_describe_validation_error(err, nb), digest) from None
     for cell in nb.cells:
         if isinstance(cell.get("source"), list):
             cell["source"] = "".join(cell["source"])

@@ -216,3 +216,203 @@ def test_judge_computes_a_reference_without_deadlock_from_several_threads() -> N
         t.join(30)
     assert not any(t.is_alive() for t in threads), "Judge.expected deadlocked"
     assert len(got) == 3 and all(g is got[0] for g in got)  # computed once, shared
+
+
+# --------------------------------------------------------------------------------------------
+# Second round (issue 11): bounded parsing, links never followed, one file never stops a batch
+# --------------------------------------------------------------------------------------------
+
+
+def _notebook_bytes(*sources: str) -> bytes:
+    return nbformat.writes(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(s) for s in sources])).encode()
+
+
+def test_links_and_pipes_are_reported_and_never_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.ipynb"
+    secret.write_bytes(_notebook_bytes("SECRET = 1"))
+    subs = tmp_path / "subs"
+    for student in ("link", "both", "pipe", "folder-link-owner"):
+        (subs / student).mkdir(parents=True)
+    os.symlink(secret, subs / "link" / "seq2seq.ipynb")
+    os.symlink(secret, subs / "both" / "a_link.ipynb")
+    (subs / "both" / "seq2seq.ipynb").write_bytes(_notebook_bytes("x = 1"))
+    os.utime(subs / "both" / "seq2seq.ipynb", (1e9, 1e9))  # older than the link: still chosen
+    os.mkfifo(subs / "pipe" / "seq2seq.ipynb")
+    os.symlink(tmp_path, subs / "folder-link")  # a link to a folder: not entered
+    os.symlink(secret, subs / "notes.txt")
+    files = {f.rel: f for f in discover(subs, "seq2seq", None)}
+    assert files["link/seq2seq.ipynb"].student == "link"
+    assert "symbolic link" in files["link/seq2seq.ipynb"].irregular
+    assert files["both/seq2seq.ipynb"].student == "both"
+    assert files["both/a_link.ipynb"].student is None
+    assert "symbolic link" in files["both/a_link.ipynb"].problem
+    assert "regular file" in files["pipe/seq2seq.ipynb"].irregular
+    assert "not followed" in files["folder-link"].problem
+    assert "not followed" in files["notes.txt"].problem
+    assert not any(rel.startswith("folder-link/") for rel in files)
+    with pytest.raises(InvalidSubmission, match="symbolic link"):
+        load_notebook(subs / "link" / "seq2seq.ipynb")
+    with pytest.raises(InvalidSubmission, match="not a regular file"):
+        load_notebook(subs / "pipe" / "seq2seq.ipynb")  # returns at once, never blocks
+
+
+def test_zip_entries_that_are_links_are_reported_not_extracted(tmp_path: Path) -> None:
+    import stat
+    import zipfile
+
+    from autograder.submissions import extract_zip
+
+    z = tmp_path / "export.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr("export/alice/seq2seq.ipynb", _notebook_bytes("x = 1"))
+        link = zipfile.ZipInfo("export/mallory/seq2seq.ipynb")
+        link.create_system = 3
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        f.writestr(link, "/work/main/solutions/01-seq2seq/seq2seq.ipynb")
+        f.writestr("export/../../escape.ipynb", "{}")
+        f.writestr("export/bob/big.ipynb", b" " * 2048)
+    skipped: list = []
+    root = extract_zip(z, tmp_path / "x", skipped)
+    assert not (root / "mallory").exists() and not (tmp_path / "escape.ipynb").exists()
+    assert {s.name: s.link for s in skipped} == {"mallory/seq2seq.ipynb": True,
+                                                "../../escape.ipynb": False}
+    files = {f.rel: f for f in discover(root, "seq2seq", None, skipped)}
+    assert files["mallory/seq2seq.ipynb"].student == "mallory"
+    assert files["mallory/seq2seq.ipynb"].path is None
+    assert "symbolic link" in files["mallory/seq2seq.ipynb"].irregular
+    assert "outside" in files["../../escape.ipynb"].problem
+
+
+def test_zip_entries_are_extracted_only_up_to_the_size_cap(tmp_path: Path, monkeypatch) -> None:
+    import zipfile
+
+    from autograder import submissions
+
+    monkeypatch.setattr(submissions, "MAX_FILE_BYTES", 1000)
+    z = tmp_path / "export.zip"
+    with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as f:
+        f.writestr("bob/seq2seq.ipynb", b" " * 1_000_000)
+    root = submissions.extract_zip(z, tmp_path / "x")
+    assert (root / "bob" / "seq2seq.ipynb").stat().st_size == 1001
+    with pytest.raises(InvalidSubmission, match="larger than"):
+        load_notebook(root / "bob" / "seq2seq.ipynb", max_bytes=1000)
+
+
+def test_discovery_is_bounded_and_names_are_printable(tmp_path: Path, monkeypatch) -> None:
+    from autograder import submissions
+
+    deep = tmp_path / "a" / "b" / "c" / "d" / "e"
+    deep.mkdir(parents=True)
+    (deep / "x.ipynb").write_text("{}")
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    odd.mkdir()
+    (odd / "seq2seq.ipynb").write_text("{}")
+    files = {f.rel: f for f in discover(tmp_path, "seq2seq", None)}
+    assert "a/b/c/d/" in files and "levels deep" in files["a/b/c/d/"].problem
+    (student,) = [f.student for f in files.values() if f.student]
+    assert student == "caf\\udce9"  # writable as UTF-8 everywhere
+    monkeypatch.setattr(submissions, "MAX_ENTRIES", 3)
+    for i in range(5):
+        (tmp_path / f"s{i}.ipynb").write_text("{}")
+    files = discover(tmp_path, "seq2seq", None)
+    assert any("more than 3 entries" in f.problem for f in files)
+
+
+def test_deeply_nested_json_is_refused_before_parsing(tmp_path: Path) -> None:
+    from autograder.submissions import json_depth
+
+    deep = tmp_path / "deep.ipynb"
+    deep.write_bytes(b'{"cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(InvalidSubmission, match="100001 levels deep"):
+        load_notebook(deep)
+    assert json_depth(b'{"a": "[[[[{{{{", "b": [[1]]}') == 3  # brackets in strings do not count
+    assert json_depth(b'{"a": "\\"[[[["}') == 1
+
+
+def test_schema_validation_names_the_bad_cell(tmp_path: Path) -> None:
+    nb = json.loads(_notebook_bytes("x = 1", "y = 2"))
+    nb["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": {"a": 1},
+                           "id": "bad"})
+    path = tmp_path / "bad.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(InvalidSubmission, match=r"^cell 2 \(markdown cell\).*source must be text"):
+        load_notebook(path)
+    nb["cells"][1]["source"] = "fine"
+    nb["cells"][2]["outputs"] = [{"output_type": "nonsense"}]
+    path.write_text(json.dumps(nb))
+    with pytest.raises(InvalidSubmission, match=r"^cell 3 \(code cell\).*outputs"):
+        load_notebook(path)
+    path.write_text(json.dumps({**nb, "nbformat": 7}))
+    with pytest.raises(InvalidSubmission, match="format 7"):
+        load_notebook(path)
+
+
+@pytest.mark.parametrize("minor,ids", [(4, True), (4, False), (5, False), (99, True)])
+def test_what_jupyter_opens_is_accepted(tmp_path: Path, minor: int, ids: bool) -> None:
+    """Cell ids with nbformat_minor 4 (some editors), none with 4.5, a future minor: all read."""
+    nb = json.loads(_notebook_bytes("x = 1"))
+    nb["nbformat_minor"] = minor
+    if not ids:
+        del nb["cells"][0]["id"]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    loaded, _, _ = load_notebook(path)
+    assert loaded.cells[0].source == "x = 1"
+
+
+def test_feedback_names_are_distinct_for_distinct_students() -> None:
+    from autograder.grade import safe_name
+
+    names = [safe_name(s) for s in ("a b", "a_b", "a/b", "..", "s1001")]
+    assert len(set(names)) == 5 and names[-1] == "s1001"
+    assert all("/" not in n and n not in (".", "..") for n in names)
+
+
+def test_a_hostile_record_fails_its_case_only(tmp_path: Path) -> None:
+    """A record whose JSON nests deeper than the parser goes, or whose output is absurd."""
+    import zipfile
+
+    from autograder.judge import Judge
+    from course_lib import grading
+
+    judge = Judge()
+    folder = tmp_path / "seq2seq.masked_softmax"
+    folder.mkdir()
+    for k in range(len(judge.cases("seq2seq.masked_softmax"))):
+        path = grading.record_path(tmp_path, "seq2seq.masked_softmax", k)
+        with zipfile.ZipFile(path, "w") as z:
+            buf = __import__("io").BytesIO()
+            np.save(buf, np.array("[" * 100_000 + "]" * 100_000))
+            z.writestr("__meta__.npy", buf.getvalue())
+    verdict = judge.judge("seq2seq.masked_softmax", tmp_path, None)
+    assert not verdict.passed and verdict.cases_passed == 0
+    assert all("unreadable result" in m or "could not be judged" in m for m in verdict.messages)
+
+
+def test_summary_lists_common_failures_and_every_ungraded_file(tmp_path: Path, spec) -> None:
+    from autograder.report import failure_kind, write_summary
+
+    def result(sid, status, msgs):
+        other = "passed" if status == "graded" else "not graded"
+        return {"student_id": sid, "status": status, "total": 0.0, "exercises": {
+            "fixture.masked_softmax": {"status": "failed", "messages": msgs, "points": 0.0},
+            "fixture.attention": {"status": other, "messages": [], "points": 3.0}}}
+
+    results = [result("a", "graded", ["case 1 (float32): output: largest error 0.5 at index (0, 1)",
+                                      "case 2 (float64): output: largest error 0.25 at index (1, 1)"]),
+               result("b", "graded", ["case 3 (x): output: largest error 7 at index (2, 0)"]),
+               result("c", "graded", ["rows do not sum to one\n    (output: largest error 1)"]),
+               result("d", "could not grade", ["the file is empty"])]
+    rows = [{"file": "d/x.ipynb", "student_id": "d", "status": "could not grade",
+             "reason": "the file is empty (0 bytes)"},
+            {"file": "<b>.ipynb", "student_id": "", "status": "not mapped", "reason": "names nobody"}]
+    write_summary(tmp_path / "summary.html", spec, results, rows)
+    page = (tmp_path / "summary.html").read_text()
+    assert failure_kind(results[0]["exercises"]["fixture.masked_softmax"]["messages"][0]) == \
+        "output: largest error # at index (#, #)"
+    assert "<td>2</td><td>output: largest error # at index (#, #)</td>" in page  # a and b
+    assert "<td>1</td><td>rows do not sum to one</td>" in page
+    assert "<td>0 / 4</td>" in page and "<td>3 / 4</td>" in page  # pass counts per exercise
+    assert "the file is empty (0 bytes)" in page and "&lt;b&gt;.ipynb" in page
+    assert "Files that could not be graded (2)" in page
