@@ -1,9 +1,9 @@
 """How many parameters a Transformer has, by formula, part by part.
 
-Taught in chapter 3, section 4 ("How many parameters?"); chapter 5 builds on :func:`gpt_params_approx`
-(``12 d^2 L``). Every formula is checked against ``sum(p.numel())`` of a built model
-(``tests/test_counting.py``). Weights are counted as ``nn.Linear`` stores them: a map from ``n_in``
-to ``n_out`` features has ``n_out n_in`` weights and ``n_out`` biases.
+Taught in chapter 3, section 4 ("How many parameters?"); chapter 5 builds on
+:func:`gpt_params_approx` (``12 d^2 L``). Every formula is checked against ``sum(p.numel())`` of
+a built model (``tests/test_counting.py``). Weights are counted as ``nn.Linear`` stores them: a
+map from ``n_in`` to ``n_out`` features has ``n_out n_in`` weights and ``n_out`` biases.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def gpt_params_approx(d: int, n_layers: int) -> int:
 
 
 def transformer_params(config: TransformerConfig) -> dict[str, int]:
-    """The parameters of :class:`course_lib.transformer.Transformer` by formula, and their ``"total"``.
+    """The parameters of :class:`~course_lib.transformer.Transformer` by formula, with ``"total"``.
 
     Embeddings: ``V d`` each (shared once when tied); the sinusoidal positions are a buffer, not
     parameters. Output layer: ``d V + V``. Final LayerNorms (pre-norm only): ``2 d`` each.

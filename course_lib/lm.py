@@ -125,7 +125,8 @@ def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor,
                     padding: torch.Tensor | None = None) -> torch.Tensor:
     r"""GPT's objective: predict token ``t+1`` from positions ``<= t``, mean over real targets.
 
-    .. math:: \mathcal L = -\frac{1}{N} \sum_{b} \sum_{t=1}^{T-1} \log p_\theta(x_{b,t+1} \mid x_{b,\le t})
+    .. math:: \mathcal L = -\frac{1}{N} \sum_{b} \sum_{t=1}^{T-1}
+              \log p_\theta(x_{b,t+1} \mid x_{b,\le t})
 
     Args:
         logits: ``(B, T, V)`` from a causal model on ``tokens``.

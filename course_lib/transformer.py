@@ -3,9 +3,10 @@
 The feed-forward network read as a key-value memory (taught in chapter 3, section 1), the residual
 sublayer with its LayerNorm before or after (section 2), the encoder and decoder layers and their
 stacks (section 3), and the encoder-decoder with embeddings, positions and chapter 1's
-``step(tokens) -> logits`` interface (section 4). Tested against ``torch.nn.TransformerEncoderLayer``,
-``torch.nn.TransformerDecoderLayer`` and ``torch.nn.Transformer`` with copied weights
-(``tests/test_transformer.py``; the copying is :mod:`course_lib.peers`). The encoder-only (BERT)
+``step(tokens) -> logits`` interface (section 4). Tested against
+``torch.nn.TransformerEncoderLayer``, ``torch.nn.TransformerDecoderLayer`` and
+``torch.nn.Transformer`` with copied weights (``tests/test_transformer.py``; the copying is
+:mod:`course_lib.peers`). The encoder-only (BERT)
 and decoder-only (GPT) masks and losses are :mod:`course_lib.lm`; parameter counts by formula are
 :mod:`course_lib.counting`.
 
@@ -84,7 +85,8 @@ class FeedForward(nn.Module):
         >>> x = torch.randn(2, 3, 4)
         >>> ff(x).shape
         torch.Size([2, 3, 4])
-        >>> torch.allclose(ff.memory_coefficients(x) @ ff.values + ff.linear2.bias, ff(x), atol=1e-6)
+        >>> as_memory = ff.memory_coefficients(x) @ ff.values + ff.linear2.bias
+        >>> torch.allclose(as_memory, ff(x), atol=1e-6)
         True
     """
 

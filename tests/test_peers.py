@@ -1,5 +1,5 @@
 """Tests of course_lib.peers: weights copied from torch.nn into course_lib, and read out of torch.nn
-into the dicts chapter 3's layer exercises take (checked by a plain computation with those dicts)."""
+into the dicts chapter 3's layer exercises take (checked by a plain computation with them)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def test_randomize_is_seeded_and_touches_every_parameter() -> None:
     b = peers.randomize_(nn.TransformerEncoderLayer(D, H, D_FF, batch_first=True), seed=5)
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(pa, pb), name
-        assert not torch.equal(pa, torch.zeros_like(pa)) and not torch.equal(pa, torch.ones_like(pa))
+        assert not torch.equal(pa, torch.zeros_like(pa))
+        assert not torch.equal(pa, torch.ones_like(pa))
     assert not torch.equal(a.self_attn.in_proj_weight[:D], a.self_attn.in_proj_weight[:D].T)
 
 

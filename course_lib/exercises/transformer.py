@@ -35,7 +35,7 @@ Inputs = Callable[[], dict[str, Any]]
 
 def feed_forward(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
                  b2: torch.Tensor) -> torch.Tensor:
-    """Reference: ``relu(x w1^T + b1) w2^T + b2`` through :class:`~course_lib.transformer.FeedForward`."""
+    """Reference: ``relu(x w1^T + b1) w2^T + b2``, computed by course_lib's ``FeedForward``."""
     d_ff, d = w1.shape
     ff = transformer.FeedForward(d, d_ff).to(x.dtype)
     with torch.no_grad():
@@ -260,7 +260,8 @@ _ENCODER_LAYER_SLIPS = (
 
 def decoder_masks(src_padding: torch.Tensor, tgt_padding: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference: the decoder's self-attention ``(B, T, T)`` and cross-attention ``(B, T, S)`` masks."""
+    """Reference: the decoder's self-attention ``(B, T, T)`` and cross-attention ``(B, T, S)``
+    masks."""
     T = tgt_padding.shape[1]
     self_mask = lm.gpt_attention_mask(tgt_padding)[:, 0]  # (B, T, T)
     cross_mask = transformer.key_padding_mask(src_padding)[:, 0].expand(-1, T, -1)  # (B, T, S)
