@@ -1,0 +1,201 @@
+"""Every chapter under ``solutions/``, found by glob, through the hardened grader.
+
+A chapter is covered the day its source notebook lands in ``solutions/NN-slug/slug.ipynb``:
+nothing here names a chapter.
+
+Fast checks, without running a notebook (``make test-fast`` runs them):
+
+* no hidden case builds its inputs with a reference or forbidden object of the chapter (such a
+  reference would keep its body in the grading sandbox, so a student who switches the guard off
+  could call it there): the chapter fails here, not on the grading day;
+* the grader can read the chapter: every test cell's hidden part names one exercise, a single
+  solution cell defines its function, and it is worth points.
+
+Slow (one grading run per chapter): copies derived from the chapter's own source and release are
+graded together in ONE hardened batch (a module-scoped fixture; the sandboxes run in quick mode),
+and each copy must get exactly its grade:
+
+* ``solution``: the source's solutions, full marks; ``blank``: the release, zero;
+* ``partial``: every other exercise solved, exactly those points;
+* ``calls-reference``: every exercise calls course_lib's reference (the profiler guard), zero;
+* ``guard-off``: every exercise switches the guard off first, then calls the reference: the
+  sandbox's copy of course_lib has the reference's body stripped, zero;
+* ``colab``: the solutions as Colab saves them, full marks; ``stripped-metadata``: every cell's
+  metadata and id removed, full marks (solutions found by their ``def`` line).
+
+tests/test_grading_chapters.py runs the solution and the blank release through both engines;
+this file is the hardened grader's defences, chapter by chapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from autograder.chapter_spec import load_chapter_spec
+from autograder.paths import REPO, Chapter, find_chapters
+from tests.adversarial.generate import _solution_text
+from tests.fixtures.colab.transform import colab_transform
+
+CHAPTERS = [c.name for c in find_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
+COPIES = ["solution", "blank", "partial", "calls-reference", "guard-off", "colab",
+          "stripped-metadata"]
+
+
+def test_chapters_are_found_by_glob() -> None:
+    globbed = sorted(p.parent.name for p in (REPO / "solutions").glob("[0-9][0-9]-*/*.ipynb")
+                     if p.name == p.parent.name.split("-", 1)[1] + ".ipynb")
+    assert CHAPTERS and CHAPTERS == globbed
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_hidden_case_needs_a_forbidden_reference(name: str) -> None:
+    """A reference that the hidden cases call to build their inputs keeps its body in the
+    sandbox (the sandbox builds the inputs), so only the in-kernel guard would protect it:
+    build inputs with torch and course_lib.exercises._common alone (AUTHORING.md, rule 5)."""
+    from autograder.strip import needed_by_cases
+    from course_lib import grading
+
+    exercises = list(grading.chapter_exercises(Chapter(name).exercise_chapter).values())
+    refs = [obj for ex in exercises for obj in (ex.reference, *ex.forbidden)]
+    kept = needed_by_cases(exercises, refs)
+    names = sorted({getattr(o, "__qualname__", repr(o)) for o in kept})
+    assert not kept, (f"{name}: the hidden cases build their inputs with {names}; a student who "
+                      "switches the guard off could call them in the sandbox")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_the_grader_can_read_the_chapter(name: str) -> None:
+    """One check per test cell, one solution cell defining its function, points, registered."""
+    from course_lib import grading
+
+    chapter = Chapter(name)
+    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source)
+    registered = grading.chapter_exercises(chapter.exercise_chapter)
+    for ex in spec.exercises:
+        assert ex.points > 0, f"{name}: {ex.exercise_id} is worth no points"
+        assert ex.exercise_id in registered, f"{name}: {ex.exercise_id} is not registered"
+    assert len({ex.exercise_id for ex in spec.exercises}) == len(spec.exercises)
+
+
+def _dump(nb) -> str:
+    return json.dumps(nb, indent=1, sort_keys=True) + "\n"
+
+
+def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
+    """``name -> (notebook text, expected points per exercise)``."""
+    release = nbformat.read(chapter.release, as_version=4)
+    source = nbformat.read(chapter.source, as_version=4)
+    src = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in source.cells}
+    by_sol = spec.by_solution_grade_id()
+    full = {ex.exercise_id: ex.points for ex in spec.exercises}
+    zero = {ex.exercise_id: 0.0 for ex in spec.exercises}
+
+    def with_cells(body) -> nbformat.NotebookNode:
+        nb = copy.deepcopy(release)
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("solution") and not meta.get("grade") and meta.get("grade_id") in by_sol:
+                new = body(by_sol[meta["grade_id"]])
+                if new is not None:
+                    cell.source = new
+        return nb
+
+    def solution(ex):
+        return _solution_text(src[ex.solution_grade_id])
+
+    def call_reference(guard_off: bool):
+        def body(ex):
+            lines = ["import sys, threading", "sys.setprofile(None)",
+                     "threading.setprofile(None)"] if guard_off else []
+            lines += ["from course_lib import grading",
+                      f"return grading.get_exercise({ex.exercise_id!r}).reference(*args, **kwargs)"]
+            return f"def {ex.function}(*args, **kwargs):\n" + "".join(f"    {x}\n" for x in lines)
+        return body
+
+    solved = with_cells(solution)
+    half = {ex.exercise_id for i, ex in enumerate(spec.exercises) if i % 2 == 0}
+    stripped = copy.deepcopy(solved)
+    for cell in stripped.cells:
+        cell.metadata = {}
+        cell.pop("id", None)
+    stripped.nbformat_minor = 4
+    return {
+        "solution": (_dump(solved), full),
+        "blank": (_dump(release), zero),
+        "partial": (_dump(with_cells(lambda ex: solution(ex) if ex.exercise_id in half else None)),
+                    {eid: (p if eid in half else 0.0) for eid, p in full.items()}),
+        "calls-reference": (_dump(with_cells(call_reference(False))), zero),
+        "guard-off": (_dump(with_cells(call_reference(True))), zero),
+        "colab": (colab_transform(_dump(solved).encode(), chapter.release.name).decode(), full),
+        "stripped-metadata": (_dump(stripped), full),
+    }
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"grade-{name}")])
+    for name in CHAPTERS])
+def graded(request, tmp_path_factory) -> dict:
+    """One hardened grading run per chapter, of all its copies together, shared by the tests."""
+    from autograder.release import generate_release
+
+    name = request.param
+    tmp = tmp_path_factory.mktemp(f"chapter-{name}")
+    # A snapshot of the source (a chapter edited meanwhile changes nothing in this run) and its
+    # release as `make release` writes it (the committed chapters/ may lag behind while a
+    # chapter is edited; test_autograder_release checks it).
+    chapter = Chapter(name, tmp / "solutions", tmp / "release")
+    for path in (chapter.source, chapter.release):
+        path.parent.mkdir(parents=True)
+    shutil.copyfile(Chapter(name).source, chapter.source)
+    chapter.release.write_text(generate_release(chapter), encoding="utf-8")
+    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+                             chapter.release)
+    copies = _copies(chapter, spec)
+    subs = tmp / "subs"
+    for student, (text, _) in copies.items():
+        (subs / student).mkdir(parents=True)
+        (subs / student / chapter.release.name).write_text(text)
+    out = tmp / "out"
+    cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
+           "--source-root", str(chapter.source_root), "--release-root", str(chapter.release_root),
+           "--no-progress", "--workers", "2"]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "COURSE_LIB_QUICK": "1"},
+                          capture_output=True, text=True, timeout=1200)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    print(f"{name}: {len(copies)} copies graded in one run in {seconds:.0f} s")
+    with open(out / "grades.csv", newline="") as f:
+        grades = {row["student_id"]: row for row in csv.DictReader(f)}
+    results = {s: json.loads((out / "results" / f"{s}.json").read_text()) for s in copies}
+    return {"name": name, "spec": spec, "copies": copies, "grades": grades, "results": results}
+
+
+@pytest.mark.parametrize("copy_name", COPIES)
+def test_each_copy_gets_exactly_its_grade(graded: dict, copy_name: str) -> None:
+    expected = graded["copies"][copy_name][1]
+    row = graded["grades"][copy_name]
+    got = {ex.exercise_id: float(row[ex.name]) for ex in graded["spec"].exercises}
+    result = graded["results"][copy_name]
+    why = {eid: r["messages"][:2] for eid, r in result["exercises"].items()
+           if r["points"] != expected[eid]}
+    assert got == expected, f"{graded['name']} {copy_name}: {why}"
+    assert result["status"] == "graded"
+
+
+@pytest.mark.parametrize("copy_name", ["calls-reference", "guard-off"])
+def test_reference_calls_fail_with_the_reference_message(graded: dict, copy_name: str) -> None:
+    """The guard (in the kernel) and the stripped bodies (in the sandbox) say the same thing."""
+    for eid, r in graded["results"][copy_name]["exercises"].items():
+        assert any("calls course_lib's implementation" in m for m in r["messages"]), \
+            f"{graded['name']} {copy_name} {eid}: {r['messages'][:2]}"
