@@ -95,7 +95,7 @@ def test_the_default_models_have_about_the_same_number_of_parameters() -> None:
     n_t, n_g = cp.count_params(transformer), cp.count_params(gru)
     assert abs(n_g - n_t) / n_t <= PARAM_TOLERANCE, (n_t, n_g)
     # GRU: 3 gates x (d H + H^2 + 2 H), window tables w V d, head H V + V.
-    d, H, w, V = 64, 100, 5, TASK.vocab_size
+    d, H, w, V = 64, 100, 6, TASK.vocab_size
     assert n_g == 3 * (d * H + H * H + 2 * H) + w * V * d + H * V + V
     assert gru.state_floats == H
     # Transformer: w V d + one GPT block (12 d^2 + 13 d) + final LayerNorm 2 d + head d V.
