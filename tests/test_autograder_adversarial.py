@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,18 +28,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("autograder-adversarial"
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def _chapter(release_root: Path) -> tuple[Chapter, dict[str, str]]:
-    """Chapter 1 when its source exists, else the fixture chapter; released into ``release_root``.
+def _chapter(tmp: Path) -> tuple[Chapter, dict[str, str]]:
+    """Chapter 1 when its source exists, else the fixture chapter, with its release.
 
-    The release is made here from the source with the release command (what `make release`
-    writes; test_autograder_release checks that the committed chapters/ is the same).
+    The source is copied under ``tmp`` first (a chapter being edited meanwhile changes nothing
+    in this run), and released there as the release command does (what `make release` writes;
+    test_autograder_release checks that the committed chapters/ is the same).
     """
+    from autograder.release import generate_release
+
     env = dict(os.environ)
     real = [c for c in find_chapters() if c.name.startswith("01-")]
     if real:
-        return Chapter(real[0].name, real[0].source_root, release_root), env
-    env["AUTOGRADER_EXTRA_EXERCISES"] = str(FIXTURES / "exercises")
-    return Chapter("00-fixture", FIXTURES / "solutions", release_root), env
+        original = real[0]
+    else:
+        env["AUTOGRADER_EXTRA_EXERCISES"] = str(FIXTURES / "exercises")
+        original = Chapter("00-fixture", FIXTURES / "solutions")
+    chapter = Chapter(original.name, tmp / "solutions", tmp / "release")
+    for path in (chapter.source, chapter.release):
+        path.parent.mkdir(parents=True)
+    shutil.copyfile(original.source, chapter.source)
+    chapter.release.write_text(generate_release(chapter), encoding="utf-8")
+    return chapter, env
 
 
 def _grade(chapter: Chapter, env: dict, subs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -84,11 +95,8 @@ class _Listener:
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    from autograder.release import release
-
     tmp = tmp_path_factory.mktemp("adversarial")
-    chapter, env = _chapter(tmp / "release")
-    release([chapter])
+    chapter, env = _chapter(tmp)
     spec = load(chapter)
     out = tmp / "out"
     listener = _Listener()
@@ -105,7 +113,7 @@ def suite(tmp_path_factory):
 def test_batch_completes_with_every_submission_in_grades(suite) -> None:
     assert suite["proc"].returncode == 0, suite["proc"].stderr[-3000:]
     grades = _grades(suite["out"])
-    assert sorted(grades) == sorted(s.student for s in suite["subs"])
+    assert sorted(grades) == sorted(s.student for s in suite["subs"] if s.in_grades)
 
 
 @pytest.mark.parametrize("name", [
@@ -114,7 +122,8 @@ def test_batch_completes_with_every_submission_in_grades(suite) -> None:
     "sys-exit", "edited-tests", "deleted-tests", "duplicate-grade-id", "changed-cell-types",
     "stripped-metadata", "colab", "colab-blank", "malformed-json", "nbformat-3", "empty-file",
     "other-chapter", "reads-secrets", "writes-gradebook", "network", "patched-testing",
-    "eq-always-true", "input-transformer", "helper-cells"])
+    "eq-always-true", "input-transformer", "helper-cells", "deep-json", "symlink-to-solution",
+    "named-pipe", "malformed-cell", "deep-expression", "odd-output", "renamed-copy"])
 def test_each_submission_gets_exactly_its_grade(suite, name: str) -> None:
     sub = next(s for s in suite["subs"] if s.student == name)
     row = _grades(suite["out"])[name]
@@ -141,7 +150,7 @@ def test_no_process_network_or_gradebook_leak(suite) -> None:
 def test_feedback_never_shows_hidden_tests(suite) -> None:
     spec = suite["spec"]
     pages = list((suite["out"] / "feedback").glob("*.html"))
-    assert len(pages) == len(suite["subs"])
+    assert len(pages) == sum(s.in_grades for s in suite["subs"])
     for page in pages:
         text = page.read_text()
         for ex in spec.exercises:
@@ -163,6 +172,7 @@ def test_rerun_is_cached_and_a_late_file_grades_only_itself(suite, tmp_path) -> 
     with open(suite["out"] / "report.csv", newline="") as f:
         status = {row["student_id"]: row["status"] for row in csv.DictReader(f)}
     assert status["late-student"] == "graded"
+    assert status.pop("") == "not read"  # the linked folder, reported again and still not read
     assert all(v.endswith("(cached)") for k, v in status.items() if k != "late-student")
     after = _grades(suite["out"])
     assert float(after["late-student"]["total"]) == suite["spec"].max_total
@@ -190,3 +200,98 @@ def test_stock_nbgrader_engine_foundation(suite, tmp_path) -> None:
     for page in pages:
         text = page.read_text()
         assert "BEGIN HIDDEN TESTS" not in text and "grading.check" not in text, page.name
+
+
+def test_outputs_of_a_bad_batch_summary_lms_files_and_report(suite) -> None:
+    """Every file that could not be graded is in the summary with its reason; the LMS files and
+    the similarity report are written even with the hostile files in the batch."""
+    out = suite["out"]
+    with open(out / "report.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    report = {row["student_id"]: row for row in rows if row["student_id"]}
+    for sub in suite["subs"]:
+        if sub.invalid and sub.in_grades:
+            assert report[sub.student]["status"].startswith("could not grade"), sub.student
+    (linked,) = [row for row in rows if row["file"] == "linked-folder"]
+    assert linked["status"] == "not read" and "not followed" in linked["reason"]
+    assert not any(row["file"].startswith("linked-folder/") for row in rows)  # never entered
+    assert "symbolic link" in report["symlink-to-solution"]["reason"]
+    assert "not a regular file" in report["named-pipe"]["reason"]
+    assert "levels deep" in report["deep-json"]["reason"]
+    assert report["malformed-cell"]["reason"].startswith("cell 2 (markdown cell)")
+    summary = (out / "summary.html").read_text()
+    for sub in suite["subs"]:
+        if sub.invalid:
+            assert f"<code>{sub.student}{'/' if sub.in_grades else '</code>'}" in summary, \
+                sub.student
+    odd = (out / "feedback" / "odd-output.html").read_text()
+    assert "<script>" not in odd and "&lt;script&gt;" in odd
+    for name in ("canvas_grades.csv", "moodle_grades.csv", "similarity.html", "similarity.csv"):
+        assert (out / name).stat().st_size > 0, name
+
+
+def test_similarity_report_flags_the_renamed_copy_and_changes_no_grade(suite) -> None:
+    """The renamed copy is linked to the instructor's solution (submitted by "solution" and its
+    copies) on every exercise long enough to tell; it still has full marks."""
+    from autograder.similarity import MIN_SHARED, normalised_length
+    from tests.adversarial.generate import _solution_text
+
+    import nbformat
+
+    source = nbformat.read(suite["chapter"].source, as_version=4)
+    by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in source.cells}
+    with open(suite["out"] / "similarity.csv", newline="") as f:
+        flags = list(csv.DictReader(f))
+    long_enough = [ex for ex in suite["spec"].exercises if normalised_length(
+        _solution_text(by_gid[ex.solution_grade_id]), ex.release_stub) >= MIN_SHARED]
+    assert long_enough, "no exercise of this chapter is long enough for the similarity report"
+    for ex in long_enough:
+        linked = [row for row in flags if row["exercise"] == ex.name
+                  and "renamed-copy" in (row["students_a"] + ";" + row["students_b"]).split(";")
+                  and "solution" in (row["students_a"] + ";" + row["students_b"]).split(";")]
+        assert linked, f"{ex.name}: the renamed copy of the solution is not flagged"
+    assert float(_grades(suite["out"])["renamed-copy"]["total"]) == suite["spec"].max_total
+
+
+def test_an_lms_zip_with_link_entries_is_graded_without_following_them(suite, tmp_path) -> None:
+    """An LMS zip whose entry named like a student's notebook is a symbolic link (to the
+    instructor's source), beside a link to a folder and a malformed notebook: the links are
+    reported and never extracted or read, each of those students gets 0 with the reason, and
+    the zip's other student is graded as usual."""
+    import stat
+    import zipfile
+
+    chapter = suite["chapter"]
+    by_name = {s.student: s for s in suite["subs"]}
+
+    def link(name: str, target: str) -> zipfile.ZipInfo:
+        info = zipfile.ZipInfo(name)
+        info.create_system = 3  # Unix: the mode below is read
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        return info
+
+    z = tmp_path / "export.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr(link(f"export/zip-link/{chapter.source.name}", str(chapter.source)),
+                   str(chapter.source))
+        f.writestr(link("export/zip-folder-link", str(chapter.source.parent)),
+                   str(chapter.source.parent))
+        f.writestr(f"export/zip-malformed/{chapter.source.name}", by_name["malformed-cell"].content)
+        f.writestr(f"export/zip-blank/{chapter.source.name}", by_name["blank"].content)
+    out = tmp_path / "out"
+    proc = _grade(chapter, suite["env"], z, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grades = _grades(out)
+    assert sorted(grades) == ["zip-blank", "zip-link", "zip-malformed"]
+    assert all(float(row["total"]) == 0 for row in grades.values())
+    with open(out / "report.csv", newline="") as f:
+        rows = {row["file"]: row for row in csv.DictReader(f)}
+    assert rows[f"zip-blank/{chapter.source.name}"]["status"] == "graded"
+    linked = rows[f"zip-link/{chapter.source.name}"]
+    assert linked["status"] == "could not grade" and "symbolic link" in linked["reason"]
+    assert rows["zip-folder-link"]["status"] == "not read"
+    assert "symbolic link" in rows["zip-folder-link"]["reason"]
+    assert rows[f"zip-malformed/{chapter.source.name}"]["reason"].startswith("cell 2 (markdown")
+    extracted = out / "work" / "extracted"
+    assert not any(p.is_symlink() for p in extracted.rglob("*"))
+    assert not (extracted / "export" / "zip-link").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,9 @@ class Submission:
     why: str
     invalid: bool = False
     extra: dict = field(default_factory=dict)
+    #: False for an entry that names no submission of its own (a link to a folder): it is
+    #: reported in report.csv and summary.html, and has no row in grades.csv.
+    in_grades: bool = True
 
 
 def renamed_copy(source: str) -> str:
@@ -277,6 +281,42 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
                                                       execution_count=4)]
     add("helper-cells", nb, full,
         "a correct solution through a helper in its own cell (with outputs and a demo line)")
+    # Second round (issue 11): nothing one file causes stops the batch, no link leads outside.
+    deep = b'{"cells": ' + b"[" * 100_000 + b"]" * 100_000 + b', "nbformat": 4}'
+    add("deep-json", deep, zero, "valid JSON nested 100,000 levels: could not grade, nobody "
+        "else affected", invalid=True)
+    add("symlink-to-solution", b"", zero, "a symbolic link named like the notebook, pointing at "
+        "the instructor's source: never followed", invalid=True,
+        extra={"symlink": str(chapter.source)})
+    add("linked-folder", b"", {}, "the student's folder is a symbolic link to the instructor's "
+        "source folder: not entered, reported, no grade", invalid=True, in_grades=False,
+        extra={"folder_symlink": str(chapter.source.parent)})
+    add("named-pipe", b"", zero, "a named pipe named like the notebook: never opened for a "
+        "blocking read", invalid=True, extra={"fifo": True})
+    nb = solved()
+    bad = nbformat.v4.new_markdown_cell("placeholder")
+    nb.cells.insert(1, bad)
+    raw = json.loads(_dump(nb))
+    raw["cells"][1]["source"] = {"a": 1}
+    add("malformed-cell", (json.dumps(raw, indent=1) + "\n").encode(), zero,
+        "a markdown cell whose source is a JSON object: invalid nbformat, cell 2 named",
+        invalid=True)
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += "\nx = 1" + "+1" * 200_000 + "\n"
+    add("deep-expression", nb, a_zero,
+        "a cell too deeply nested to compile (also for the grader's parser): that exercise only")
+    nb = solved()
+    nb.cells[cell_index(nb, a.solution_grade_id)].source += (
+        "\nprint('\\ud800 \\x00 </pre><script>alert(1)</script>')\n")
+    add("odd-output", nb, full, "prints a lone surrogate, a NUL and HTML: the feedback is still "
+        "written, escaped")
+    nb = solved()
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in spec.by_solution_grade_id():
+            c.source = renamed_copy(c.source)
+    add("renamed-copy", nb, full, "the solutions with every local name renamed and comments "
+        "dropped: full marks (the similarity report flags it; grades never change)")
     return subs
 
 
@@ -292,8 +332,17 @@ def _other_chapter() -> bytes:
 def write_suite(subs: list[Submission], root: Path) -> None:
     for s in subs:
         folder = root / s.student
+        if "folder_symlink" in s.extra:
+            root.mkdir(parents=True, exist_ok=True)
+            os.symlink(s.extra["folder_symlink"], folder, target_is_directory=True)
+            continue
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / s.filename).write_bytes(s.content)
+        if "symlink" in s.extra:
+            os.symlink(s.extra["symlink"], folder / s.filename)
+        elif s.extra.get("fifo"):
+            os.mkfifo(folder / s.filename)
+        else:
+            (folder / s.filename).write_bytes(s.content)
 
 
 def load(chapter: Chapter) -> ChapterSpec:
