@@ -42,6 +42,15 @@ def test_the_baseline_is_nanogpts_readme_cpu_recipe() -> None:
     assert b.schedule == "iters" and b.threads == 2
 
 
+def test_the_tuned_recipe_is_the_documented_one() -> None:
+    b, t = bench.BASELINE, bench.TUNED
+    same = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "betas", "weight_decay",
+            "grad_clip", "dropout", "bias", "threads")
+    assert all(getattr(t, name) == getattr(b, name) for name in same)
+    assert (t.lr, t.min_lr, t.warmup, t.schedule, t.max_iters, t.bf16) == \
+        (6e-3, 1e-4, 5.0, "time", None, False)
+
+
 def test_the_recipes_build_models_of_the_documented_size() -> None:
     model = bench.build_model(bench.BASELINE, 65)
     n_params = sum(p.numel() for p in model.parameters())
