@@ -59,8 +59,9 @@ Trans.     1.00 / 1.00  1.00 / 1.00  1.00 / 0.99  0.96 / 0.96  0.91 / 0.87  0.93
 =========  ===========  ===========  ===========  ===========  ===========  ===========
 
 The GRU copies 2 symbols (8 bits) almost always and 4 symbols (16 bits) less than half the
-time, out of a state of 100 floats, in this training budget; the bound above is what no training
-can pass. The Transformer is near-perfect up to the
+time, out of a state of 100 floats, in this training budget. Three times the steps (900, seed 0)
+move its curve only a little: 0.92 at 3 symbols, 0.69 at 4, 0.21 at 8, 0.00 at 12. The bound
+above is what no training can pass. The Transformer is near-perfect up to the
 training length; beyond it the copies degrade gradually, not at once: its errors come late in
 long copies, where the right key must win the softmax against twice as many others as in
 training (attention dilution, not repeated n-grams, which are rare at these lengths). The paper
