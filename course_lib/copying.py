@@ -18,13 +18,13 @@ there is none.
 **The state-size argument.** A recurrent model reads the string into a state of a fixed size and
 must then write the copy out of that state alone. The string holds :math:`n \log_2 A` bits, so a
 state of :math:`m` bits cannot tell apart all :math:`A^n` strings once :math:`n \log_2 A > m`
-(Jelassi et al., theorem 2.7). :class:`CopyGRU`'s state is ``hidden_size`` floats whatever ``n``
+(the paper's lower bound for GSSMs, section 2). :class:`CopyGRU`'s state is ``hidden_size`` floats whatever ``n``
 is. A float32 has 32 bits, so the hard limit is :math:`n \le 32\,H / \log_2 A` (800 symbols of
 a 16-letter alphabet for :math:`H = 100`); a trained network stores far fewer bits per unit than
 that (it needs margins against its own noise), and its accuracy falls long before the bound.
 A Transformer keeps every token: its key-value cache grows with the string (``2 d`` floats per
-token and layer), and attention can look back at any of them. The paper's construction (its
-theorem 2.3) copies by *n-gram lookup*: to write the next symbol, find where the last few
+token and layer), and attention can look back at any of them. The paper's construction (a two-layer
+Transformer that copies strings of exponential length) works by *n-gram lookup*: to write the next symbol, find where the last few
 symbols written occur in the input and copy the symbol that follows them there.
 
 **The models.** Both read the same input features (:class:`WindowEmbedding`): each token's
@@ -34,10 +34,10 @@ what the paper's local attention heads ("hard ALiBi") learn to build; here it is
 small model learns the task in seconds on a CPU. Then
 
 * :class:`CopyTransformer`: blocks of :class:`course_lib.gpt.Block` (pre-norm causal
-  self-attention and MLP) with **no position embedding** (NoPE). Nothing in the model depends on
-  the absolute position, so what it learns at training lengths applies at any length; the
-  n-gram lookup is one attention head matching the query's last ``window - 1`` tokens against
-  each key's ``window - 1`` predecessors.
+  self-attention and MLP) with **no position embedding** (NoPE): it sees tokens and their
+  windows, not their positions, so the lookup it learns refers to no absolute position and
+  applies at lengths it never saw. The n-gram lookup is one attention head matching the
+  query's last ``window - 1`` tokens against each key's ``window - 1`` predecessors.
 * :class:`CopyGRU`: a GRU whose ``hidden_size`` floats are the whole state, with about the same
   number of parameters (:func:`count_params`).
 
@@ -48,15 +48,16 @@ experiment and returns accuracy against length, the figure the chapter plots.
 
 **Measured** (full mode, :class:`CopyingSetup`: 16 symbols, windows of 6 tokens, 300 steps of
 32 strings of lengths 1..32; 58,624 parameters for the Transformer, 59,015 for the GRU with 100
-state floats; 200 test strings per length; one CPU thread, 16.5 s and 18.2 s of CPU time for
-seeds 0 and 1 on a shared 2-core machine). Exact-match accuracy, seed 0 / seed 1:
+state floats; 200 test strings per length; one CPU thread: 17.5 s for seed 0 at load average
+1.2 on a 2-core machine, 18.2 s of CPU time for seed 1 under load). Exact-match accuracy,
+seed 0 / seed 1:
 
-=========  ===========  ===========  ===========  ===========  ===========  ===========
-length     4            8            16           32           48           64
-=========  ===========  ===========  ===========  ===========  ===========  ===========
-GRU        0.42 / 0.39  0.01 / 0.00  0.00 / 0.00  0.00 / 0.00  0.00 / 0.00  0.00 / 0.00
-Trans.     1.00 / 1.00  1.00 / 1.00  1.00 / 0.99  0.96 / 0.96  0.91 / 0.87  0.93 / 0.76
-=========  ===========  ===========  ===========  ===========  ===========  ===========
+=========  =============  =============  =============  =============  =============
+length     4              8              16             32             64
+=========  =============  =============  =============  =============  =============
+GRU        0.420 / 0.385  0.010 / 0.000  0.000 / 0.000  0.000 / 0.000  0.000 / 0.000
+Trans.     1.000 / 1.000  1.000 / 1.000  0.995 / 0.985  0.955 / 0.960  0.925 / 0.760
+=========  =============  =============  =============  =============  =============
 
 The GRU copies 2 symbols (8 bits) almost always and 4 symbols (16 bits) less than half the
 time, out of a state of 100 floats, in this training budget. Three times the steps (900, seed 0)
@@ -64,8 +65,9 @@ move its curve only a little: 0.92 at 3 symbols, 0.69 at 4, 0.21 at 8, 0.00 at 1
 above is what no training can pass. The Transformer is near-perfect up to the
 training length; beyond it the copies degrade gradually, not at once: its errors come late in
 long copies, where the right key must win the softmax against twice as many others as in
-training (attention dilution, not repeated n-grams, which are rare at these lengths). The paper
-trains longer and larger models and sees the Transformer hold to lengths far beyond training.
+training (attention dilution, not repeated n-grams, which are rare at these lengths). The paper,
+with larger models trained far longer, reports Transformers that generalise to longer strings
+than they were trained on, and GSSMs that do not.
 
 Example:
     >>> task = CopyTask(alphabet_size=4)
