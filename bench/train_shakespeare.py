@@ -371,9 +371,10 @@ def main(argv: list[str] | None = None, log=_print) -> dict[str, Result]:
         end = (f"finished its {result.iterations} iterations at {result.finished_at:.1f} s"
                if result.finished_at is not None else
                f"{result.iterations} iterations in {result.train_seconds:.1f} s")
-        log(f"  {recipe.name}: {result.params:,} parameters, {end} "
-            f"({result.iterations * recipe.batch_size * recipe.block_size / max(result.train_seconds, 1e-9):,.0f} "
-            f"characters/s); {_load()}")
+        speed = (result.iterations * recipe.batch_size * recipe.block_size
+                 / max(result.train_seconds, 1e-9))
+        log(f"  {recipe.name}: {result.params:,} parameters, {end} ({speed:,.0f} characters/s); "
+            f"{_load()}")
     log("\nvalidation loss (nats/char) at training time:")
     header = "  recipe    " + "".join(f"{m:>9.0f} s" for m in marks)
     log(header)

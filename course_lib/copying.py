@@ -18,14 +18,15 @@ there is none.
 **The state-size argument.** A recurrent model reads the string into a state of a fixed size and
 must then write the copy out of that state alone. The string holds :math:`n \log_2 A` bits, so a
 state of :math:`m` bits cannot tell apart all :math:`A^n` strings once :math:`n \log_2 A > m`
-(the paper's lower bound for GSSMs, section 2). :class:`CopyGRU`'s state is ``hidden_size`` floats whatever ``n``
-is. A float32 has 32 bits, so the hard limit is :math:`n \le 32\,H / \log_2 A` (800 symbols of
-a 16-letter alphabet for :math:`H = 100`); a trained network stores far fewer bits per unit than
-that (it needs margins against its own noise), and its accuracy falls long before the bound.
-A Transformer keeps every token: its key-value cache grows with the string (``2 d`` floats per
-token and layer), and attention can look back at any of them. The paper's construction (a two-layer
-Transformer that copies strings of exponential length) works by *n-gram lookup*: to write the next symbol, find where the last few
-symbols written occur in the input and copy the symbol that follows them there.
+(the paper's lower bound for GSSMs). :class:`CopyGRU`'s state is ``hidden_size``
+floats whatever ``n`` is. A float32 has 32 bits, so the hard limit is
+:math:`n \le 32\,H / \log_2 A` (800 symbols of a 16-letter alphabet for :math:`H = 100`); a
+trained network stores far fewer bits per unit than that (it needs margins against its own
+noise), and its accuracy falls long before the bound. A Transformer keeps every token: its
+key-value cache grows with the string (``2 d`` floats per token and layer), and attention can
+look back at any of them. The paper's construction (a two-layer Transformer that copies strings
+of exponential length) works by *n-gram lookup*: to write the next symbol, find where the last
+few symbols written occur in the input and copy the symbol that follows them there.
 
 **The models.** Both read the same input features (:class:`WindowEmbedding`): each token's
 embedding plus those of the ``window - 1`` tokens before it, a causal convolution over the
@@ -71,7 +72,8 @@ than they were trained on, and GSSMs that do not.
 
 Example:
     >>> task = CopyTask(alphabet_size=4)
-    >>> batch = make_copy_batch(task, length=3, batch_size=2, generator=torch.Generator().manual_seed(0))
+    >>> generator = torch.Generator().manual_seed(0)
+    >>> batch = make_copy_batch(task, length=3, batch_size=2, generator=generator)
     >>> batch.inputs.shape, batch.targets.shape  # BOS s SEP s, shifted by one: 2 n + 1 tokens
     (torch.Size([2, 7]), torch.Size([2, 7]))
     >>> batch.loss_mask[0].int().tolist()  # scored: the n predictions of the copy, from SEP on
@@ -106,7 +108,8 @@ class CopyTask:
 
     def __post_init__(self) -> None:
         if isinstance(self.alphabet_size, bool) or not isinstance(self.alphabet_size, int):
-            raise TypeError(f"alphabet_size must be an int, got {type(self.alphabet_size).__name__}")
+            raise TypeError(f"alphabet_size must be an int, got "
+                            f"{type(self.alphabet_size).__name__}")
         if self.alphabet_size < 2:
             raise ValueError(f"alphabet_size must be at least 2 (one symbol carries no "
                              f"information to copy), got {self.alphabet_size}")
