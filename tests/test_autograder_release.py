@@ -25,7 +25,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def fixture_release(tmp_path_factory) -> Chapter:
     out = tmp_path_factory.mktemp("release")
-    chapter = Chapter("00-fixture", FIXTURE_SOURCES, out)
+    chapter = Chapter("00-fixture", FIXTURE_SOURCES, out / "chapters")
     release([chapter])
     return chapter
 
@@ -57,9 +57,12 @@ def test_release_removes_solutions_and_hidden_tests_keeps_metadata(fixture_relea
 
 
 def test_check_release_names_the_drifted_chapter(tmp_path: Path) -> None:
-    chapter = Chapter("00-fixture", FIXTURE_SOURCES, tmp_path)
-    assert check_release([chapter]) == [f"00-fixture: {chapter.release} is missing"]
+    chapter = Chapter("00-fixture", FIXTURE_SOURCES, tmp_path / "chapters")
+    colab_copy = tmp_path / "colab" / "00-fixture" / "fixture.ipynb"
+    assert check_release([chapter]) == [f"00-fixture: {chapter.release} is missing",
+                                         f"00-fixture: its Colab copy {colab_copy} is missing"]
     release([chapter])
+    assert colab_copy.exists()
     assert check_release([chapter]) == []
     nb = json.loads(chapter.release.read_text())
     nb["cells"][0]["source"] = "# edited by hand"
@@ -70,12 +73,14 @@ def test_check_release_names_the_drifted_chapter(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_cli_release_and_check_release(tmp_path: Path) -> None:
-    roots = ["--source-root", str(FIXTURE_SOURCES), "--release-root", str(tmp_path)]
+    chapters = tmp_path / "chapters"
+    roots = ["--source-root", str(FIXTURE_SOURCES), "--release-root", str(chapters)]
     ok = _run("release", "00", *roots)
     assert ok.returncode == 0, ok.stderr
-    assert (tmp_path / "00-fixture" / "fixture.ipynb").exists()
+    assert (chapters / "00-fixture" / "fixture.ipynb").exists()
+    assert (tmp_path / "colab" / "00-fixture" / "fixture.ipynb").exists()
     assert _run("check-release", *roots).returncode == 0
-    (tmp_path / "00-fixture" / "fixture.ipynb").write_text("{}")
+    (chapters / "00-fixture" / "fixture.ipynb").write_text("{}")
     bad = _run("check-release", *roots)
     assert bad.returncode == 1 and "00-fixture" in bad.stderr
     unknown = _run("release", "99-nothing", *roots)
@@ -90,7 +95,7 @@ def test_committed_chapters_are_in_sync_with_solutions(tmp_path: Path) -> None:
     assert drifted == [], "\n".join(drifted) + "\nrun `make release` and commit chapters/"
     # the check itself can fail: a copy with one chapter edited is reported
     for chapter in chapters[:1]:
-        copy = Chapter(chapter.name, chapter.source_root, tmp_path)
+        copy = Chapter(chapter.name, chapter.source_root, tmp_path / "chapters")
         copy.release.parent.mkdir(parents=True)
         shutil.copyfile(chapter.release, copy.release)
         copy.release.write_text(copy.release.read_text().replace('"cells"', '"cells" ', 1))
