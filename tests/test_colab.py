@@ -250,6 +250,8 @@ def colab_like_kernel(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, di
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # Colab's pip is recent; the one venv bundles (23.2) rejects a git+file:// URL without a host.
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, "torch==2.13.0"], check=True)
     subprocess.run([*pip, "ipykernel"], check=True)
     assert subprocess.run([str(py), "-c", "import course_lib"], capture_output=True).returncode != 0
