@@ -1,0 +1,129 @@
+"""Chapter 6's measured sentences, asserted from the executed book's glued values.
+
+Each test names the sentence it guards. Thresholds leave a margin that another seed or a busier
+machine still meets (values measured in full mode at the time of writing, seed 0, on a shared
+2-core CPU, in the comments). Times are CPU times of one thread (``time.process_time``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import glued_float
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book"), pytest.mark.ch06]
+
+SLUG = "06-efficient-attention"
+
+
+def value(name: str) -> float:
+    return glued_float(SLUG, name)
+
+
+def test_attention_is_quadratic_and_the_lstm_linear(built_book: Path) -> None:
+    """Section 1: "attention's time grows with slope X and its memory with slope Y, close to 2,
+    while the LSTM's time grows with slope Z and its memory with W, close to 1"."""
+    assert 1.6 < value("ch6_time_slope_attention") < 2.5  # 1.90
+    assert 1.7 < value("ch6_memory_slope_attention") < 2.2  # 1.88
+    assert 0.6 < value("ch6_time_slope_lstm") < 1.4  # 0.98
+    assert 0.7 < value("ch6_memory_slope_lstm") < 1.2  # 0.94
+
+
+def test_attention_overtakes_the_lstm_beyond_the_flop_crossover(built_book: Path) -> None:
+    """Section 1: "more memory than the LSTM from n = X on and more time from n = Y on, both
+    above the FLOP crossover n = 2d = 128"; the GRU takes Z times as long as the LSTM."""
+    assert 128 < value("ch6_memory_crossover_lstm") < 512  # 244
+    assert 128 < value("ch6_time_crossover_lstm") < 1024  # 289 to 426
+    assert value("ch6_cost_longest_n") == 1024
+    assert value("ch6_gru_over_lstm_time") > 1.5  # 6.7 to 8.5
+
+
+def test_receptive_field_grows_linearly_with_depth(built_book: Path) -> None:
+    """Section 2: "four layers span 17 positions (2 * 4 * 2 + 1) and with dilation 2, 33"."""
+    assert value("ch6_span_window_4") == 17
+    assert value("ch6_span_dilated_4") == 33
+
+
+def test_block_sparse_equals_dense_and_grows_linearly(built_book: Path) -> None:
+    """Section 2: block-sparse equals dense under the same mask to float64 rounding; its time and
+    memory grow about linearly, the dense path's about quadratically."""
+    assert value("ch6_block_sparse_diff") < 1e-12  # 4.4e-16
+    assert value("ch6_sparse_time_slope") < 1.4  # 0.69 to 0.84
+    assert 0.8 < value("ch6_sparse_memory_slope") < 1.2  # 1.00
+    assert value("ch6_dense_time_slope") > 1.6  # 2.4 to 2.7
+    assert 1.8 < value("ch6_dense_memory_slope") < 2.2  # 2.00
+
+
+def test_linear_attention_forms_agree_and_generation_is_constant(built_book: Path) -> None:
+    """Section 3: the three forms agree in float64 (1e-10); from a prefix of 16384 down to 256,
+    softmax with a cache grows X-fold, linear attention changes by a factor of Y: constant."""
+    assert value("ch6_linear_max_diff") < 1e-10  # 8.9e-16
+    assert value("ch6_gen_longest_prefix") == 16384
+    assert value("ch6_gen_softmax_growth") > 8  # 33 to 42
+    assert 0.6 < value("ch6_gen_linear_growth") < 1.6  # 1.05
+
+
+def test_trained_attention_is_close_to_low_rank(built_book: Path) -> None:
+    """Section 4: 90% of the energy of the 64 x 64 attention matrices in X singular values on
+    average, at most Y: far fewer than 64; validation loss V nats per character."""
+    assert value("ch6_val_loss") < 3.0  # 2.57
+    assert value("ch6_rank90_mean") < 20  # 6.1
+    assert value("ch6_rank90_max") < 32  # 7.6
+
+
+def test_random_projections_approximate_poorly(built_book: Path) -> None:
+    """Section 4: at k = 16 the best rank-k approximation errs by X (small), random Linformer by
+    Y (large); the random projection of theorem 1 falls from k = 4 to k = 48."""
+    assert value("ch6_svd_error_16") < 0.05  # 0.0018
+    assert value("ch6_linformer_error_16") > 10 * value("ch6_svd_error_16")  # 2.5
+    assert value("ch6_linformer_error_16") > 0.3
+    assert value("ch6_jl_error_48") < value("ch6_jl_error_4")  # 0.72 < 1.12
+
+
+def test_tiled_attention_is_exact_in_a_fraction_of_the_memory(built_book: Path) -> None:
+    """Section 5: equal to PyTorch's SDPA in values and gradients (float64 1e-10, float32 1e-5);
+    at n = 4096 the tiled path needs X of the naive path's peak memory."""
+    assert value("ch6_online_softmax_diff") < 1e-6  # 6e-8
+    assert value("ch6_tiled_diff_float64") < 1e-10  # 6.2e-15
+    assert value("ch6_tiled_diff_float32") < 1e-5  # 1.6e-6
+    assert value("ch6_tiled_n") == 4096
+    assert value("ch6_naive_mib") > 100  # 129
+    assert value("ch6_tiled_memory_ratio") < 0.1  # 0.016
+    assert abs(value("ch6_tiled_mib") / value("ch6_naive_mib")
+               - value("ch6_tiled_memory_ratio")) < 1e-3
+
+
+def test_entmax_and_sparsemax_zero_out_weights(built_book: Path) -> None:
+    """Section 6: X of the allowed weights are exactly zero under 1.5-entmax (at least Z in every
+    head) and Y under sparsemax."""
+    assert value("ch6_zeros_entmax15") > 0.2  # 0.56 to 0.74
+    assert value("ch6_zeros_entmax15_min") > 0.05  # 0.34 to 0.55
+    assert value("ch6_zeros_sparsemax") > value("ch6_zeros_entmax15")  # 0.84 to 0.92
+
+
+def test_importance_tells_the_heads_that_matter(built_book: Path) -> None:
+    """Section 7: keeping the 4 most important heads costs less than keeping the 4 least
+    important; no head at all costs the most."""
+    full, half = value("ch6_prune_loss_all"), value("ch6_prune_loss_half")  # 2.568, 2.585
+    reverse, none = value("ch6_prune_loss_half_reverse"), value("ch6_prune_loss_none")
+    assert half < reverse  # 2.585 < 2.614
+    assert full <= half + 0.01
+    assert none > max(full, half)  # 2.64
+
+
+def test_the_summary_table(built_book: Path) -> None:
+    """Section 8: at n = 2048 tiled attention is exact in X of the dense memory; linear attention
+    is X times faster, block-sparse Y times; 1.5-entmax takes Z times as long as softmax."""
+    assert value("ch6_table_n") == 2048
+    assert value("ch6_table_tiled_error") < 1e-5  # 3.7e-7
+    assert value("ch6_table_tiled_memory") < 0.2  # 0.049
+    assert value("ch6_table_linear_speedup") > 2  # 8 to 11
+    assert value("ch6_table_sparse_speedup") > 1.2  # 3.2
+    assert value("ch6_table_entmax_slowdown") > 2  # 13 to 17
+
+
+def test_the_chapter_runs_within_its_stated_time(built_book: Path) -> None:
+    """Title: "about 40 seconds on a 2-core CPU, more on a busy machine"."""
+    assert value("ch6_seconds") < 120
