@@ -75,11 +75,11 @@ def test_trained_attention_is_close_to_low_rank(built_book: Path) -> None:
 
 def test_random_projections_approximate_poorly(built_book: Path) -> None:
     """Section 4: at k = 16 the best rank-k approximation errs by X (small), random Linformer by
-    Y (large); the random projection of theorem 1 falls from k = 4 to k = 48."""
+    Y (large); the random projection of theorem 1 is still far off at k = 48."""
     assert value("ch6_svd_error_16") < 0.05  # 0.0018
     assert value("ch6_linformer_error_16") > 10 * value("ch6_svd_error_16")  # 2.5
     assert value("ch6_linformer_error_16") > 0.3
-    assert value("ch6_jl_error_48") < value("ch6_jl_error_4")  # 0.72 < 1.12
+    assert value("ch6_jl_error_48") > 0.2 and value("ch6_jl_error_4") > 0.2  # 0.72 to 1.12
 
 
 def test_tiled_attention_is_exact_in_a_fraction_of_the_memory(built_book: Path) -> None:
