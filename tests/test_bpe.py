@@ -45,8 +45,7 @@ TRICKY = [
 
 def _fixture(name: str) -> Path:
     path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"peer fixture {path} not found (see ../shared/peer-fixtures/README.md)")
+    assert path.exists(), f"peer fixture {path} not found (see ../shared/peer-fixtures/README.md)"
     return path
 
 
@@ -73,7 +72,7 @@ def gpt2_tok() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def tiktoken_gpt2(tmp_path_factory: pytest.TempPathFactory):
-    tiktoken = pytest.importorskip("tiktoken")
+    import tiktoken  # a development requirement (requirements-dev.txt)
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     # tiktoken skips the first line of vocab.bpe (OpenAI's "#version: 0.2"), which the fixture
     # lacks: give it a temporary file with the header back, and no download cache.
