@@ -25,6 +25,7 @@ import pytest
 
 from autograder import colab
 from autograder.release import repository_url, stamp_url
+from tests.adversarial.generate import _solution_text
 from tests.conftest import (ROOT, cell_errors, chapter_slugs, load, nbgrader_meta,
                             release_notebook, source_notebook)
 
@@ -295,7 +296,7 @@ def test_colab_copy_runs_all_with_blank_exercises_and_with_solutions(
     for cell in filled.cells:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if grade_id in solutions:  # what a student who solved everything submits
-            cell.source = re.sub(r"### (BEGIN|END) SOLUTION\n?", "", solutions[grade_id])
+            cell.source = _solution_text(solutions[grade_id])
 
     ran = _run_in(colab_like_kernel, blank, tmp_path)
     assert cell_errors(ran) == {}, f"Run All on the blank Colab copy: {cell_errors(ran)}"

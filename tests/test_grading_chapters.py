@@ -15,16 +15,14 @@ import copy
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.paths import REPO, Chapter, find_chapters
-from tests.adversarial.generate import load
+from tests.adversarial.generate import _solution_text, load
 
 pytestmark = [pytest.mark.slow]
 
@@ -38,8 +36,7 @@ def _solved(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nb
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and not meta.get("grade"):
-            cell.source = re.sub(r"[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", "",
-                                 by_gid[meta["grade_id"]].source)
+            cell.source = _solution_text(by_gid[meta["grade_id"]].source)
     return nb
 
 
