@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# `make test` runs two workers on two cores: one torch thread each (and in the processes they
+# start), or the workers' thread pools fight over the cores and small trainings run many times
+# slower (a 3 s quick run of course_lib.copying took 100 s so in CI).
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def chapter_slugs() -> list[str]:
