@@ -24,6 +24,21 @@ def ensure_venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
+def ask_alembic_once() -> None:
+    """Ask nbgrader's schema head of the `alembic` command once per process, not per gradebook.
+
+    nbgrader runs ``alembic heads`` in a subprocess (1-3 s) each time it opens a new gradebook, and
+    every release opens a fresh one; the answer is fixed for the installed nbgrader.
+    """
+    import functools
+
+    import nbgrader.api
+
+    if not hasattr(nbgrader.api.get_alembic_version, "cache_info"):
+        nbgrader.api.get_alembic_version = functools.lru_cache(maxsize=1)(
+            nbgrader.api.get_alembic_version)
+
+
 def nbgrader_config(root: Path, *, timeout: int = 600, db_url: str | None = None) -> Config:
     """The nbgrader configuration of the course, rooted at a (temporary) course directory.
 

@@ -29,7 +29,7 @@ import nbformat
 import yaml
 
 from autograder import colab
-from autograder.nbgrader_setup import ensure_venv_on_path, nbgrader_config
+from autograder.nbgrader_setup import ask_alembic_once, ensure_venv_on_path, nbgrader_config
 from autograder.paths import REPO, Chapter
 
 #: A ``git+`` install URL of a GitHub repository, as setup cells and the README write it.
@@ -67,6 +67,7 @@ def generate_release(chapter: Chapter) -> str:
     from nbgrader.coursedir import CourseDirectory
 
     ensure_venv_on_path()
+    ask_alembic_once()
     if not chapter.source.exists():
         raise ReleaseError(f"{chapter.name}: no source notebook {chapter.source}")
     with tempfile.TemporaryDirectory(prefix="autograder-release-") as tmp:
