@@ -284,6 +284,7 @@ def _run_in(kernel: tuple[str, dict[str, str]], nb, cwd: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("colab-venv")  # one worker builds the Colab-like virtualenv, once
 @pytest.mark.parametrize("slug", SLUGS)
 def test_colab_copy_runs_all_with_blank_exercises_and_with_solutions(
         slug: str, colab_like_kernel: tuple[str, dict[str, str]], tmp_path: Path) -> None:
