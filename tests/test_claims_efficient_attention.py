@@ -23,9 +23,16 @@ def value(name: str) -> float:
 
 
 def test_attention_is_quadratic_and_the_lstm_linear(built_book: Path) -> None:
-    """Section 1: "attention's time grows with slope X and its memory with slope Y, close to 2,
-    while the LSTM's time grows with slope Z and its memory with W, close to 1"."""
-    assert 1.6 < value("ch6_time_slope_attention") < 2.5  # 1.90
+    """Section 1: "attention's time grows with slope X in this run, against F for its FLOP count
+    over the same lengths (...), and its memory with slope Y, close to 2, while the LSTM's time
+    grows with slope Z and its memory with W, close to 1"."""
+    flop_slope = value("ch6_flop_slope_attention")
+    assert 1.85 < flop_slope < 1.92  # 1.88: 8 n d^2 + 4 n^2 d over n = 512..2048, d = 64
+    # Measured over n = 512..2048: 2.11 on a quiet machine, 2.54 with the fast tests running
+    # beside it (over n = 256..1024 it went from 1.38 to 1.90). Superlinear, well above the
+    # LSTM's, within the "few tenths" of the FLOP slope that the text allows, widened for load.
+    time_slope = value("ch6_time_slope_attention")
+    assert 1.45 < time_slope < 3.0 and time_slope > value("ch6_time_slope_lstm") + 0.4
     assert 1.7 < value("ch6_memory_slope_attention") < 2.2  # 1.88
     assert 0.6 < value("ch6_time_slope_lstm") < 1.4  # 0.98
     assert 0.7 < value("ch6_memory_slope_lstm") < 1.2  # 0.94
@@ -36,7 +43,7 @@ def test_attention_overtakes_the_lstm_beyond_the_flop_crossover(built_book: Path
     above the FLOP crossover n = 2d = 128"; the GRU takes Z times as long as the LSTM."""
     assert 128 < value("ch6_memory_crossover_lstm") < 512  # 244
     assert 128 < value("ch6_time_crossover_lstm") < 1024  # 289 to 426
-    assert value("ch6_cost_longest_n") == 1024
+    assert value("ch6_cost_longest_n") == 2048
     assert value("ch6_gru_over_lstm_time") > 1.5  # 6.7 to 8.5
 
 
