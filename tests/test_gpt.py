@@ -20,15 +20,6 @@ TINY = GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=4, n_embd=32)
 SMALL_LIKE = GPTConfig(vocab_size=101, block_size=32, n_layer=2, n_head=12, n_embd=96)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: a second thread only contends (the machine is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _randomised(config: GPTConfig, seed: int = 0, dtype: torch.dtype = torch.float64) -> GPT:
     """A model whose every parameter (biases, LayerNorm gains too) is random and non-trivial."""
     torch.manual_seed(seed)
