@@ -157,5 +157,6 @@ def test_the_summary_table(built_book: Path) -> None:
 
 
 def test_the_chapter_runs_within_its_stated_time(built_book: Path) -> None:
-    """Title: "about 40 seconds on a 2-core CPU, more on a busy machine"."""
-    assert value("ch6_seconds") < 120
+    """Title: "about 30 seconds on a 2-core CPU, more on a busy machine" (26 s quiet, and the
+    whole chapter 24-34 s in bench/chapter_times.py); the bound allows a busy machine."""
+    assert value("ch6_seconds") < 90
