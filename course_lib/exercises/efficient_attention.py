@@ -14,6 +14,7 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -121,17 +122,11 @@ def _bigbird(n, window, global_tokens, block_size, random_blocks, slip):
     return mask
 
 
-def _bigbird_slip(slip: str) -> Any:
-    def mask(n, window, global_tokens, block_size, random_blocks):
-        return _bigbird(n, window, global_tokens, block_size, random_blocks, slip)
-    return mask
-
-
 _BIGBIRD_SLIPS = (
     Slip("a global token attends to every position too, not only the other way round",
-         _bigbird_slip("one way")),
+         partial(_bigbird, slip="one way")),
     Slip("random_blocks[r] lists key blocks for query block r: set whole block_size x block_size "
-         "squares, not single entries", _bigbird_slip("tokens")),
+         "squares, not single entries", partial(_bigbird, slip="tokens")),
 )
 
 
@@ -177,20 +172,15 @@ def _linear(q, k, v, slip):
     return num / torch.where(den > 0, den, torch.ones_like(den))
 
 
-def _linear_slip(slip: str) -> Any:
-    def attend(q, k, v):
-        return _linear(q, k, v, slip)
-    return attend
-
-
 _LINEAR_SLIPS = (
     Slip("divide by the normaliser phi(q_i)^T z_i, where z_i is the prefix sum of phi(k_j)",
-         _linear_slip("unnormalised")),
+         partial(_linear, slip="unnormalised")),
     Slip("causal: position i sums over the keys j <= i only, a prefix sum (cumsum), not over all "
-         "positions", _linear_slip("all")),
+         "positions", partial(_linear, slip="all")),
     Slip("the prefix sum includes position i itself (j <= i, not j < i)",
-         _linear_slip("exclusive")),
-    Slip("the feature map is elu(x) + 1 (positive everywhere), not relu", _linear_slip("relu")),
+         partial(_linear, slip="exclusive")),
+    Slip("the feature map is elu(x) + 1 (positive everywhere), not relu",
+         partial(_linear, slip="relu")),
 )
 
 
@@ -239,19 +229,13 @@ def _online(m, l, scores, slip):
     return m_new, l * old + block
 
 
-def _online_slip(slip: str) -> Any:
-    def update(m, l, scores):
-        return _online(m, l, scores, slip)
-    return update
-
-
 _ONLINE_SLIPS = (
     Slip("rescale the old sum when the maximum grows: l * exp(m - m_new)",
-         _online_slip("no rescale")),
+         partial(_online, slip="no rescale")),
     Slip("the old sum is relative to exp(m): multiply it by exp(m - m_new), which is at most 1",
-         _online_slip("inverted")),
+         partial(_online, slip="inverted")),
     Slip("the new block's terms must be relative to the new running maximum m_new, not to the "
-         "block's own maximum", _online_slip("block max")),
+         "block's own maximum", partial(_online, slip="block max")),
 )
 
 
@@ -299,20 +283,14 @@ def _tile(q, k, v, block_size, slip):
     return out, lse
 
 
-def _tile_slip(slip: str) -> Any:
-    def attend(q, k, v, block_size):
-        return _tile(q, k, v, block_size, slip)
-    return attend
-
-
 _TILE_SLIPS = (
-    Slip("scale the scores by 1 / sqrt(d) before the softmax", _tile_slip("no scale")),
+    Slip("scale the scores by 1 / sqrt(d) before the softmax", partial(_tile, slip="no scale")),
     Slip("the log-sum-exp is m + log(l): the running maximum plus the log of the running sum",
-         _tile_slip("max only")),
+         partial(_tile, slip="max only")),
     Slip("the log-sum-exp is m + log(l), not log(l) alone: l is relative to exp(m)",
-         _tile_slip("log l")),
+         partial(_tile, slip="log l")),
     Slip("divide the accumulated output by the running sum l at the end",
-         _tile_slip("unnormalised")),
+         partial(_tile, slip="unnormalised")),
 )
 
 
@@ -351,19 +329,13 @@ def _sparsemax(z, slip):
     return torch.clamp(z - tau, min=0.0)
 
 
-def _sparsemax_slip(slip: str) -> Any:
-    def project(z):
-        return _sparsemax(z, slip)
-    return project
-
-
 _SPARSEMAX_SLIPS = (
     Slip("sparsemax is not softmax: it gives exact zeros to scores below the threshold tau",
          lambda z: torch.softmax(z, dim=-1)),
     Slip("tau = (sum of the k largest scores - 1) / k: the weights must sum to one",
-         _sparsemax_slip("no minus one")),
+         partial(_sparsemax, slip="no minus one")),
     Slip("the support is the k largest scores with 1 + k z_(k) > sum of the k largest, not every "
-         "score", _sparsemax_slip("full support")),
+         "score", partial(_sparsemax, slip="full support")),
 )
 
 

@@ -15,6 +15,7 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -509,18 +510,8 @@ def _kv_cases() -> list[Case]:
     ]
 
 
-def _kv_slip(slip: str) -> Any:
-    """A wrong cached attention step, one per slip (there is no correct setting of ``slip``)."""
-    if slip not in ("no scale", "past only", "swapped", "new first"):
-        raise ValueError(f"unknown slip {slip!r}")
-
-    def step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head):
-        return _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip)
-
-    return step
-
-
 def _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
+    """A wrong cached attention step, one per ``slip`` (no setting of it is correct)."""
     B, d = x.shape
     dh = d // n_head
     scale, include_new, new_first = slip != "no scale", slip != "past only", slip == "new first"
@@ -537,12 +528,14 @@ def _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
 
 
 _KV_SLIPS = (
-    Slip("scale the scores by 1 / sqrt(d_head), the width of one head", _kv_slip("no scale")),
-    Slip("c_attn's output is queries, keys, values in that order", _kv_slip("swapped")),
+    Slip("scale the scores by 1 / sqrt(d_head), the width of one head",
+         partial(_kv_step, slip="no scale")),
+    Slip("c_attn's output is queries, keys, values in that order",
+         partial(_kv_step, slip="swapped")),
     Slip("append the new key and value after the cached ones (positions stay in order)",
-         _kv_slip("new first")),
+         partial(_kv_step, slip="new first")),
     Slip("the new token attends to itself too: append its key and value before attending",
-         _kv_slip("past only")),
+         partial(_kv_step, slip="past only")),
 )
 
 
