@@ -25,7 +25,7 @@ import pytest
 
 from autograder import colab
 from autograder.release import repository_url, stamp_url
-from tests.adversarial.generate import _solution_text
+from tests.adversarial.generate import solved_release
 from tests.conftest import (ROOT, cell_errors, chapter_slugs, load, nbgrader_meta,
                             release_notebook, source_notebook)
 
@@ -291,13 +291,7 @@ def test_colab_copy_runs_all_with_blank_exercises_and_with_solutions(
     import nbformat
 
     blank = nbformat.read(colab_notebook(slug), as_version=4)
-    solutions = {nbgrader_meta(c)["grade_id"]: "".join(c["source"])
-                 for c in load(source_notebook(slug))["cells"] if nbgrader_meta(c).get("solution")}
-    filled = nbformat.read(colab_notebook(slug), as_version=4)
-    for cell in filled.cells:
-        grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in solutions:  # what a student who solved everything submits
-            cell.source = _solution_text(solutions[grade_id])
+    filled = solved_release(blank, nbformat.read(source_notebook(slug), as_version=4))
 
     ran = _run_in(colab_like_kernel, blank, tmp_path)
     assert cell_errors(ran) == {}, f"Run All on the blank Colab copy: {cell_errors(ran)}"

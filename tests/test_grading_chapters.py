@@ -11,7 +11,6 @@ Each chapter is released here from its source (what `make release` writes), in q
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import os
@@ -22,22 +21,11 @@ import nbformat
 import pytest
 
 from autograder.paths import REPO, Chapter, find_chapters
-from tests.adversarial.generate import _solution_text, load
+from tests.adversarial.generate import load, solved_release
 
 pytestmark = [pytest.mark.slow]
 
 CHAPTERS = [c.name for c in find_chapters()]
-
-
-def _solved(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The release with every solution cell taken from the source (markers removed)."""
-    by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") and not meta.get("grade"):
-            cell.source = _solution_text(by_gid[meta["grade_id"]].source)
-    return nb
 
 
 @pytest.fixture(scope="module", params=CHAPTERS)
@@ -52,26 +40,23 @@ def graded(request, tmp_path_factory) -> dict:
     rel = nbformat.read(chapter.release, as_version=4)
     src = nbformat.read(chapter.source, as_version=4)
     subs = tmp / "subs"
-    for student, nb in (("solution", _solved(rel, src)), ("blank", rel)):
+    for student, nb in (("solution", solved_release(rel, src)), ("blank", rel)):
         (subs / student).mkdir(parents=True)
         (subs / student / chapter.release.name).write_text(json.dumps(nb, indent=1))
     env = {**os.environ, "COURSE_LIB_QUICK": "1"}
-    grades = {}
-    for engine in ("nbgrader",):
-        out = tmp / f"out-{engine}"
-        cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
-               "--source-root", str(chapter.source_root), "--release-root",
-               str(chapter.release_root), "--no-progress", "--engine", engine]
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-        with open(out / "grades.csv", newline="") as f:
-            grades[engine] = {row["student_id"]: row for row in csv.DictReader(f)}
+    out = tmp / "out-nbgrader"
+    cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
+           "--source-root", str(chapter.source_root), "--release-root",
+           str(chapter.release_root), "--no-progress", "--engine", "nbgrader"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with open(out / "grades.csv", newline="") as f:
+        grades = {row["student_id"]: row for row in csv.DictReader(f)}
     return {"spec": spec, "grades": grades}
 
 
 def test_solution_full_marks_blank_zero(graded: dict) -> None:
-    engine = "nbgrader"
-    spec, grades = graded["spec"], graded["grades"][engine]
+    spec, grades = graded["spec"], graded["grades"]
     for ex in spec.exercises:
-        assert float(grades["solution"][ex.name]) == ex.points, (engine, "solution", ex.name)
-        assert float(grades["blank"][ex.name]) == 0.0, (engine, "blank", ex.name)
+        assert float(grades["solution"][ex.name]) == ex.points, ("nbgrader", "solution", ex.name)
+        assert float(grades["blank"][ex.name]) == 0.0, ("nbgrader", "blank", ex.name)

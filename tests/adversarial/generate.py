@@ -96,6 +96,19 @@ def _solution_text(source_cell: str) -> str:
     return re.sub(r"[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", "", source_cell)
 
 
+def solved_release(release: nbformat.NotebookNode,
+                   source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``release`` with every solution cell taken from ``source`` (markers removed):
+    what a student who solved every exercise submits."""
+    by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            cell.source = _solution_text(by_gid[meta["grade_id"]].source)
+    return nb
+
+
 def _dump(nb) -> bytes:
     return (json.dumps(nb, indent=1, sort_keys=True) + "\n").encode()
 
