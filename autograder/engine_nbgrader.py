@@ -26,7 +26,7 @@ from typing import Any
 import nbformat
 
 from autograder.chapter_spec import ChapterSpec
-from autograder.nbgrader_setup import ensure_venv_on_path, nbgrader_config
+from autograder.nbgrader_setup import nbgrader_config, setup_alembic
 from autograder.paths import EXTRA_EXERCISES_ENV, Chapter
 
 
@@ -52,7 +52,7 @@ def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[di
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    ensure_venv_on_path()
+    setup_alembic()
     if not todo:
         return []
     root = out / "work" / "nbgrader-course"

@@ -119,9 +119,9 @@ def _step(failures: list[str], what: str, fn: Callable[[], Any]) -> Any:
 
 def run_grade(args) -> int:
     t0 = time.time()
-    from autograder.nbgrader_setup import ensure_venv_on_path
+    from autograder.nbgrader_setup import setup_alembic
 
-    ensure_venv_on_path()
+    setup_alembic()
     chapter: Chapter = find_chapters(args.source_root, args.release_root, [args.chapter])[0]
     register_extra_exercises()
     spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,

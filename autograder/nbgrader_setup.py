@@ -17,23 +17,20 @@ from pathlib import Path
 from traitlets.config import Config
 
 
-def ensure_venv_on_path() -> None:
-    """nbgrader's gradebook runs the ``alembic`` script: put this interpreter's bin/ on PATH."""
-    bindir = str(Path(sys.executable).parent)
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+def setup_alembic() -> None:
+    """Make nbgrader's gradebook find and ask the ``alembic`` script, once per process.
 
-
-def ask_alembic_once() -> None:
-    """Ask nbgrader's schema head of the `alembic` command once per process, not per gradebook.
-
-    nbgrader runs ``alembic heads`` in a subprocess (1-3 s) each time it opens a new gradebook, and
-    every release opens a fresh one; the answer is fixed for the installed nbgrader.
+    The gradebook runs ``alembic heads`` (a 1-3 s subprocess) each time it opens a new database,
+    and every release opens a fresh one: put this interpreter's bin/ on PATH so that the script
+    is found, and remember its answer, which is fixed for the installed nbgrader.
     """
     import functools
 
     import nbgrader.api
 
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     if not hasattr(nbgrader.api.get_alembic_version, "cache_info"):
         nbgrader.api.get_alembic_version = functools.lru_cache(maxsize=1)(
             nbgrader.api.get_alembic_version)

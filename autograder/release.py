@@ -29,7 +29,7 @@ import nbformat
 import yaml
 
 from autograder import colab
-from autograder.nbgrader_setup import ask_alembic_once, ensure_venv_on_path, nbgrader_config
+from autograder.nbgrader_setup import nbgrader_config, setup_alembic
 from autograder.paths import REPO, Chapter
 
 #: A ``git+`` install URL of a GitHub repository, as setup cells and the README write it.
@@ -66,8 +66,7 @@ def generate_release(chapter: Chapter) -> str:
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    ensure_venv_on_path()
-    ask_alembic_once()
+    setup_alembic()
     if not chapter.source.exists():
         raise ReleaseError(f"{chapter.name}: no source notebook {chapter.source}")
     with tempfile.TemporaryDirectory(prefix="autograder-release-") as tmp:
