@@ -32,28 +32,8 @@ from course_lib.multihead import merge_heads, split_heads
 MIN_EXCESS = 1e-3  # EntmaxAttentionModel's alpha is at least 1 + MIN_EXCESS
 
 
-def check_tokens(config: RecallConfig, keys: torch.Tensor, values: torch.Tensor) -> None:
-    """Raise a ``ValueError`` unless ``keys`` and ``values`` are ``(B, T)`` ids of ``config``."""
-    for name, ids, size in (("keys", keys, config.n_keys + 1),
-                            ("values", values, config.n_values + 2)):
-        if ids.dim() != 2 or ids.dtype != torch.long:
-            raise ValueError(f"{name} must be (batch, length) token ids of dtype torch.long, got "
-                             f"{tuple(ids.shape)} {ids.dtype}")
-        if ids.numel() and not bool(((ids >= 0) & (ids < size)).all()):
-            raise ValueError(f"{name} ids must lie in 0..{size - 1}, got "
-                             f"{int(ids.min())}..{int(ids.max())}")
-    if keys.shape != values.shape:
-        raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} "
-                         f"and {tuple(values.shape)}")
-
-
 class _QueryAttentionModel(AttentionModel):
     """The softmax model's parts, with :meth:`weigh` (how a head mixes the values) left open."""
-
-    def forward(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, n_values)`` for the value asked by the last token."""
-        check_tokens(self.config, keys, values)
-        return super().forward(keys, values)
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The query's and the sequence's ``q``, ``k``, ``v``, each ``(B, h, T, d_head)``."""

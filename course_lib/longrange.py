@@ -140,6 +140,19 @@ class _RecallModel(nn.Module, metaclass=ABCMeta):
                                      nn.Linear(d_model, config.n_values))
 
     def embed(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """``(B, T, d)``; a ``ValueError`` unless ``keys`` and ``values`` are ``(B, T)`` ids."""
+        config = self.config
+        for name, ids, size in (("keys", keys, config.n_keys + 1),
+                                ("values", values, config.n_values + 2)):
+            if ids.dim() != 2 or ids.dtype != torch.long:
+                raise ValueError(f"{name} must be (batch, length) token ids of dtype torch.long, "
+                                 f"got {tuple(ids.shape)} {ids.dtype}")
+            if ids.numel() and not bool(((ids >= 0) & (ids < size)).all()):
+                raise ValueError(f"{name} ids must lie in 0..{size - 1}, got "
+                                 f"{int(ids.min())}..{int(ids.max())}")
+        if keys.shape != values.shape:
+            raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} "
+                             f"and {tuple(values.shape)}")
         return self.key_embedding(keys) + self.value_embedding(values)  # (B, T, d)
 
     @abstractmethod
