@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,28 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _peer_fixtures() -> Path:
+    """Other projects' fixtures (``../shared/peer-fixtures``, never copied into the repository).
+
+    ``COURSE_PEER_FIXTURES`` names the folder; otherwise it is the one beside this checkout, or,
+    for a clone made elsewhere of a local checkout (``git clone /work/main /tmp/x/c``), the one
+    beside the checkout it was cloned from.
+    """
+    if os.environ.get("COURSE_PEER_FIXTURES"):
+        return Path(os.environ["COURSE_PEER_FIXTURES"])
+    beside = ROOT.parent / "shared" / "peer-fixtures"
+    if beside.exists():
+        return beside
+    origin = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+                            capture_output=True, text=True).stdout.strip()
+    if origin and Path(origin).is_dir():
+        return Path(origin).resolve().parent / "shared" / "peer-fixtures"
+    return beside
+
+
+PEER_FIXTURES = _peer_fixtures()
 
 # `make test` runs two workers on two cores: one torch thread each (and in the processes they
 # start), or the workers' thread pools fight over the cores and small trainings run many times

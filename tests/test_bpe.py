@@ -17,11 +17,11 @@ import pytest
 from course_lib import bpe
 from course_lib.bpe import Tokenizer, merge, pair_counts, split_on_special, train_bpe
 from course_lib.corpus import load_shakespeare
-from tests.conftest import ROOT
+from tests.conftest import PEER_FIXTURES
 
 pytestmark = pytest.mark.ch04
 
-FIXTURES = ROOT.parent / "shared" / "peer-fixtures" / "cs336-a1"
+FIXTURES = PEER_FIXTURES / "cs336-a1"
 EOT = "<|endoftext|>"
 
 TRICKY = [
@@ -45,7 +45,8 @@ TRICKY = [
 
 def _fixture(name: str) -> Path:
     path = FIXTURES / name
-    assert path.exists(), f"peer fixture {path} not found (see ../shared/peer-fixtures/README.md)"
+    assert path.exists(), (f"peer fixture {path} not found: ../shared/peer-fixtures beside the "
+                           "checkout, or set COURSE_PEER_FIXTURES")
     return path
 
 
