@@ -8,6 +8,8 @@ map from ``n_in`` to ``n_out`` features has ``n_out n_in`` weights and ``n_out``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 from course_lib.transformer import TransformerConfig
@@ -120,3 +122,112 @@ def count_parameters(module: nn.Module) -> int:
         8
     """
     return sum(p.numel() for p in module.parameters())
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-style language models, with every convention an argument (chapter 5, section 1)
+# --------------------------------------------------------------------------------------------
+
+
+def gpt_param_parts(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, *,
+                    tied: bool = True, biases: bool = True, d_ff: int | None = None,
+                    learned_positions: bool = True) -> dict[str, int]:
+    r"""The parameters of a GPT-2-style decoder, part by part, with ``"total"`` and ``"non_embedding"``.
+
+    Taught in chapter 5, section 1. The architecture is :class:`course_lib.gpt.GPT`'s (GPT-2's):
+    pre-norm blocks of attention (``4 d^2`` weights) and a two-layer MLP (``2 d d_ff``), two
+    LayerNorms per block and a final one, token embeddings ``V d``, learned positions
+    ``n_ctx d``, and an output layer that is the token embedding when ``tied``. With ``biases``,
+    every Linear has a bias and every LayerNorm a shift (GPT-2); without, neither (the LayerNorms
+    keep their gains). With ``d_ff = 4 d`` and biases a block holds
+
+    .. math:: 12 d^2 + 13 d, \qquad N = L(12 d^2 + 13 d) + 2d + Vd + n_{ctx} d
+              \;(+\,Vd \text{ untied}).
+
+    ``non_embedding`` is Kaplan et al. (2020)'s :math:`N`: everything but the token and position
+    tables (and an untied output layer, which is the same size as the token table).
+
+    Example:
+        >>> gpt_param_parts(768, 12, 50257, 1024)["total"]  # GPT-2 small
+        124439808
+    """
+    for name, value in (("d_model", d_model), ("n_layers", n_layers), ("vocab_size", vocab_size),
+                        ("n_ctx", n_ctx)):
+        if value < 0 or (name in ("d_model", "vocab_size") and value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    d, b = d_model, int(biases)
+    d_ff = 4 * d if d_ff is None else d_ff
+    attention = 4 * d * d + b * 4 * d
+    mlp = 2 * d * d_ff + b * (d_ff + d)
+    norms = 2 * (d + b * d)
+    parts = {
+        "token_embedding": vocab_size * d,
+        "position_embedding": n_ctx * d if learned_positions else 0,
+        "attention": n_layers * attention,
+        "mlp": n_layers * mlp,
+        "norms": n_layers * norms + (d + b * d),
+        "lm_head": 0 if tied else vocab_size * d,
+    }
+    parts["total"] = sum(parts.values())
+    parts["non_embedding"] = parts["attention"] + parts["mlp"] + parts["norms"]
+    return parts
+
+
+def gpt_param_count(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, *,
+                    tied: bool = True, biases: bool = True, d_ff: int | None = None) -> int:
+    """The total of :func:`gpt_param_parts` (every parameter, tied weights once).
+
+    Example:
+        >>> gpt_param_count(1600, 48, 50257, 1024)  # GPT-2 XL
+        1557611200
+    """
+    return gpt_param_parts(d_model, n_layers, vocab_size, n_ctx, tied=tied, biases=biases,
+                           d_ff=d_ff)["total"]
+
+
+#: GPT-2's four released checkpoints (Radford et al., 2019; Hugging Face's configurations):
+#: name -> (n_layer, n_embd, n_head), with vocab 50,257 and context 1,024.
+GPT2_SHAPES: dict[str, tuple[int, int, int]] = {
+    "gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16), "gpt2-large": (36, 1280, 20),
+    "gpt2-xl": (48, 1600, 25)}
+#: Their parameter counts as published by the checkpoints (``sum(p.numel())`` of the released
+#: weights, tied output layer counted once).
+GPT2_PUBLISHED: dict[str, int] = {"gpt2": 124_439_808, "gpt2-medium": 354_823_168,
+                                  "gpt2-large": 774_030_080, "gpt2-xl": 1_557_611_200}
+GPT2_VOCAB, GPT2_CTX = 50257, 1024
+
+
+@dataclass(frozen=True)
+class GPT3Row:
+    """One row of GPT-3's Table 2.1 (Brown et al., 2020), as printed."""
+
+    name: str
+    n_params: float  # the table's "n_params", rounded as printed
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+
+
+#: GPT-3's Table 2.1 as printed (vocabulary 50,257, context 2,048 for every model).
+GPT3_TABLE: tuple[GPT3Row, ...] = (
+    GPT3Row("GPT-3 Small", 125e6, 12, 768, 12, 64),
+    GPT3Row("GPT-3 Medium", 350e6, 24, 1024, 16, 64),
+    GPT3Row("GPT-3 Large", 760e6, 24, 1536, 16, 96),
+    GPT3Row("GPT-3 XL", 1.3e9, 24, 2048, 24, 128),  # 24 x 128 = 3072, not 2048
+    GPT3Row("GPT-3 2.7B", 2.7e9, 32, 2560, 32, 80),
+    GPT3Row("GPT-3 6.7B", 6.7e9, 32, 4096, 32, 128),
+    GPT3Row("GPT-3 13B", 13.0e9, 40, 5140, 40, 128),  # 40 x 128 = 5120: 5140 looks like a typo
+    GPT3Row("GPT-3 175B", 175.0e9, 96, 12288, 96, 128),
+)
+GPT3_VOCAB, GPT3_CTX = 50257, 2048
+
+
+def gpt3_inconsistencies() -> list[str]:
+    """The rows of :data:`GPT3_TABLE` whose ``n_heads x d_head`` is not ``d_model``.
+
+    Example:
+        >>> gpt3_inconsistencies()
+        ['GPT-3 XL', 'GPT-3 13B']
+    """
+    return [r.name for r in GPT3_TABLE if r.n_heads * r.d_head != r.d_model]
