@@ -1,0 +1,162 @@
+r"""Direct preference optimisation (Rafailov et al., 2023), from scratch, on a checkable toy preference.
+
+Taught in chapter 7 (from a base model to an assistant), section 4. Given a prompt :math:`x` and
+two completions, the preferred :math:`y_w` and the other :math:`y_l`, DPO raises the policy's
+log-probability of :math:`y_w` relative to a frozen reference model and lowers that of
+:math:`y_l`:
+
+.. math:: \mathcal L_{DPO} = -\,\mathbb E \log \sigma\!\Big(\beta \big[
+          (\log \pi_\theta(y_w|x) - \log \pi_{ref}(y_w|x))
+          - (\log \pi_\theta(y_l|x) - \log \pi_{ref}(y_l|x)) \big]\Big).
+
+It is the loss of RLHF's KL-regularised reward maximisation with the reward written in terms
+of the policy itself, :math:`r(x, y) = \beta \log \pi_\theta(y|x) / \pi_{ref}(y|x)` (up to a
+term of :math:`x` alone): no reward model, no sampling during training, no PPO.
+
+The toy preference (:func:`has_property`): a completion is preferred when it contains no letter
+``e``, a property any string can be checked for.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from course_lib import gpt, sampling
+
+
+def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+             reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+             beta: float) -> torch.Tensor:
+    r"""The mean DPO loss of a batch of pairs from sequence log-probabilities.
+
+    Args:
+        policy_chosen, policy_rejected: ``(B,)``, :math:`\log \pi_\theta(y|x)` of the preferred
+            and of the other completion (sums over the completion's tokens).
+        reference_chosen, reference_rejected: ``(B,)``, the same under the frozen reference.
+        beta: :math:`\beta > 0`, the strength of the pull towards the reference.
+
+    Returns:
+        A 0-d tensor, :math:`-\frac1B \sum_b \log\sigma(\beta\,(\Delta_w - \Delta_l))` with
+        :math:`\Delta = \log\pi_\theta - \log\pi_{ref}`; :math:`\log 2` when policy = reference.
+
+    Example:
+        >>> z = torch.tensor([-3.0, -5.0])
+        >>> round(dpo_loss(z, z, z, z, beta=0.1).item(), 4)  # log 2
+        0.6931
+    """
+    shapes = {tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen,
+                                       reference_rejected)}
+    if len(shapes) != 1 or policy_chosen.dim() != 1:
+        raise ValueError(f"the four log-probabilities must be (B,) tensors of one shape, got "
+                         f"{[tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen, reference_rejected)]}")
+    if beta <= 0:
+        raise ValueError(f"beta must be positive, got {beta}")
+    margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
+    return -F.logsigmoid(beta * margin).mean()
+
+
+def completion_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    r""":math:`\log p(y|x)` of each row: the sum of the log-probabilities of its tokens after the prompt.
+
+    Args:
+        model: any ``(B, T) -> (B, T, V)`` language model.
+        tokens: ``(B, T)`` prompt followed by the completion, every row the same lengths.
+        prompt_length: the prompt's length; the completion is ``tokens[:, prompt_length:]``.
+
+    Returns:
+        ``(B,)`` in the logits' dtype, with gradients if the model has them.
+    """
+    if not 1 <= prompt_length < tokens.shape[1]:
+        raise ValueError(f"prompt_length must lie in [1, {tokens.shape[1]}), got {prompt_length}")
+    log_probs = F.log_softmax(model(tokens[:, :-1]), dim=-1)  # (B, T-1, V)
+    picked = log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # (B, T-1)
+    return picked[:, prompt_length - 1:].sum(-1)
+
+
+def has_property(text: str) -> bool:
+    """The toy preference: True when ``text`` contains no letter e (either case).
+
+    Example:
+        >>> has_property("a good day"), has_property("the end")
+        (True, False)
+    """
+    return "e" not in text.lower()
+
+
+@torch.no_grad()
+def sample_completions(model: gpt.GPT, prompts: torch.Tensor, length: int, seed: int,
+                       temperature: float = 1.0) -> torch.Tensor:
+    """``(B, P + length)``: each prompt row followed by a sampled completion of ``length`` tokens."""
+    g = torch.Generator(device=prompts.device).manual_seed(seed)
+    return sampling.sample(model.cached_step(), prompts, length, g, temperature=temperature)
+
+
+def preference_pairs(tokens: torch.Tensor, prompt_length: int, vocabulary: list[str],
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pair samples with the property with samples without it, prompt by prompt.
+
+    ``tokens`` holds ``(n_prompts, k, T)`` samples (``k`` per prompt). For each prompt, each
+    sample with the property is paired with one without it, as long as both kinds remain.
+
+    Returns:
+        ``chosen, rejected``, both ``(n_pairs, T)``.
+    """
+    chosen, rejected = [], []
+    for group in tokens:
+        texts = ["".join(vocabulary[i] for i in row[prompt_length:].tolist()) for row in group]
+        good = [row for row, text in zip(group, texts) if has_property(text)]
+        bad = [row for row, text in zip(group, texts) if not has_property(text)]
+        for w, lose in zip(good, bad):
+            chosen.append(w)
+            rejected.append(lose)
+    if not chosen:
+        raise ValueError("no prompt had samples both with and without the property")
+    return torch.stack(chosen), torch.stack(rejected)
+
+
+@torch.no_grad()
+def property_rate_and_kl(policy: gpt.GPT, reference: gpt.GPT, prompts: torch.Tensor,
+                         length: int, vocabulary: list[str], seed: int,
+                         ) -> tuple[float, float]:
+    r"""Sample from ``policy``; return the fraction with the property and the KL to the reference.
+
+    The KL is the Monte-Carlo estimate :math:`\mathbb E_{y \sim \pi}[\log \pi(y|x) -
+    \log \pi_{ref}(y|x)]` over the samples, in nats per completion (0 for the reference itself).
+    """
+    policy.eval()
+    tokens = sample_completions(policy, prompts, length, seed)
+    p = prompts.shape[1]
+    texts = ["".join(vocabulary[i] for i in row[p:].tolist()) for row in tokens]
+    rate = sum(has_property(t) for t in texts) / len(texts)
+    kl = (completion_logprobs(policy, tokens, p) - completion_logprobs(reference, tokens, p))
+    return rate, float(kl.mean())
+
+
+def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejected: torch.Tensor,
+              prompt_length: int, beta: float, steps: int, lr: float, batch_size: int,
+              seed: int = 0) -> list[float]:
+    """Train ``policy`` with :func:`dpo_loss` on the pairs (``reference`` frozen); return the losses.
+
+    The reference's log-probabilities are computed once: it never changes.
+    """
+    reference.eval()
+    with torch.no_grad():
+        ref_w = completion_logprobs(reference, chosen, prompt_length)
+        ref_l = completion_logprobs(reference, rejected, prompt_length)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    policy.train()
+    losses = []
+    for _ in range(steps):
+        rows = torch.randperm(len(chosen), generator=g)[:batch_size].to(chosen.device)
+        loss = dpo_loss(completion_logprobs(policy, chosen[rows], prompt_length),
+                        completion_logprobs(policy, rejected[rows], prompt_length),
+                        ref_w[rows], ref_l[rows], beta)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    policy.eval()
+    return losses
