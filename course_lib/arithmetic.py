@@ -15,8 +15,9 @@ new token depends on one previous result and one digit: a short dependency, repe
 times, with one more pass of the network per written token. The final answer of a completion is
 its last number (:func:`extract_answer`).
 
-``scripts/train_chain_of_thought.py`` trains both variants with :data:`COT_CONFIG` and writes
-``course_lib/data/chain_of_thought.json``; the chapter plots it and reruns a small point.
+``scripts/train_chain_of_thought.py --config short|long`` trains both variants with
+:data:`COT_CONFIGS` (up to 4 or up to 8 steps in training) and writes
+``course_lib/data/chain_of_thought_<name>.json``, which the chapter plots.
 """
 
 from __future__ import annotations
@@ -35,15 +36,22 @@ from course_lib import finetune, gpt, training
 VOCAB: tuple[str, ...] = tuple("0123456789+-=,.")
 END = "."  # ends every target; also the padding
 VARIANTS: tuple[str, ...] = ("answer only", "chain of thought")
-RESULTS_PATH = Path(__file__).resolve().parent / "data" / "chain_of_thought.json"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def results_path(name: str) -> Path:
+    """Where ``scripts/train_chain_of_thought.py --config name`` writes its results."""
+    if name not in COT_CONFIGS:
+        raise ValueError(f"unknown configuration {name!r}; choose from {sorted(COT_CONFIGS)}")
+    return DATA_DIR / f"chain_of_thought_{name}.json"
 
 
 @dataclass(frozen=True)
 class ArithmeticConfig:
     """A chain-of-thought experiment: the task, the model, the training."""
 
-    train_steps: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)  # numbers of changes k in training
-    test_steps: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)  # at test time, also k > 8
+    train_steps: tuple[int, ...] = (1, 2, 3, 4)  # numbers of changes k seen in training
+    test_steps: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)  # k at test time (more than in training)
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 64
@@ -61,7 +69,13 @@ class ArithmeticConfig:
         return 3 + 5 * max(self.test_steps)
 
 
-COT_CONFIG = ArithmeticConfig()
+#: The two experiments of section 5: up to 4 steps in training, and up to 8 (longer chains).
+COT_CONFIGS: dict[str, ArithmeticConfig] = {
+    "short": ArithmeticConfig(),
+    "long": ArithmeticConfig(train_steps=(1, 2, 3, 4, 5, 6, 7, 8),
+                             test_steps=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12)),
+}
+COT_CONFIG = COT_CONFIGS["short"]
 
 
 def make_problem(rng: random.Random, k: int) -> tuple[int, list[int]]:
@@ -224,8 +238,10 @@ def run(config: ArithmeticConfig, device: torch.device | str = "cpu",
     return results
 
 
-def load_results(path: Path = RESULTS_PATH) -> dict:
-    """The shipped results of ``scripts/train_chain_of_thought.py`` (accuracy by variant and k)."""
+def load_results(name: str = "short") -> dict:
+    """The shipped results of ``scripts/train_chain_of_thought.py --config name``."""
+    path = results_path(name)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run scripts/train_chain_of_thought.py")
+        raise FileNotFoundError(f"{path} not found; run scripts/train_chain_of_thought.py "
+                                f"--config {name}")
     return json.loads(path.read_text())

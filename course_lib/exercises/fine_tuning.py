@@ -377,9 +377,9 @@ _EXTRACT_SLIPS = (
 EXERCISES = {ex.id: ex for ex in [
     Exercise(id="fine_tuning.lora_forward", reference=lora.lora_forward,
              cases=_lora_forward_cases, slips=_LORA_FORWARD_SLIPS,
-             forbidden=(lora.LoRALinear, lora.merge_lora)),
+             forbidden=(lora.LoRALinear,)),
     Exercise(id="fine_tuning.merge_lora", reference=lora.merge_lora, cases=_merge_cases,
-             slips=_MERGE_SLIPS, forbidden=(lora.lora_forward, lora.LoRALinear)),
+             slips=_MERGE_SLIPS, forbidden=(lora.merge_all,)),
     Exercise(id="fine_tuning.answer_only_loss", reference=finetune.answer_only_loss,
              cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.distillation_loss", reference=distill.distillation_loss,
