@@ -136,6 +136,8 @@ CHINCHILLA_EXPONENTS: dict[str, tuple[float, float]] = {
     "approach 1": (0.50, 0.50), "approach 2": (0.49, 0.51), "approach 3": (0.46, 0.54)}
 #: Chinchilla and Gopher: (parameters, training tokens) (Hoffmann et al., 2022, Table 1).
 CHINCHILLA_MODEL, GOPHER_MODEL = (70e9, 1.4e12), (280e9, 300e9)
+#: Gopher's training compute as Hoffmann et al. count it (their Table 3 and Figure 1), FLOPs.
+GOPHER_FLOPS = 5.76e23
 
 
 def chinchilla_loss(n_params: torch.Tensor, n_tokens: torch.Tensor, E: float = CHINCHILLA.E,
