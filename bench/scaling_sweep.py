@@ -1,4 +1,4 @@
-"""Run chapter 5's scaling sweep and write ``course_lib/data/scaling_sweep.csv``.
+"""Run chapter 5's scaling sweep and write ``course_lib/data/scaling_sweep.csv.gz``.
 
 One process (the CPU or one GPU):
 

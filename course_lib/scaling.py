@@ -28,7 +28,7 @@ and found :math:`a \approx b \approx 0.5` with all three of their approaches. Be
 (2024) refitted approach 3 on data reconstructed from the paper's figure and found the published
 parameters neither fit that data well nor agree with the paper's other approaches.
 
-**Fits** (used on ``course_lib/data/scaling_sweep.csv``): :func:`fit_power_law` (least squares
+**Fits** (used on ``course_lib/data/scaling_sweep.csv.gz``): :func:`fit_power_law` (least squares
 in log-log), :func:`bootstrap_power_law` (its confidence interval), :func:`fit_chinchilla`
 (approach 3: a Huber loss on the log loss, L-BFGS from a grid of starts) and
 :func:`isoflop_minimum` (approach 2: a parabola in :math:`\log N` per compute budget).

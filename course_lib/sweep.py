@@ -1,7 +1,7 @@
 r"""A scaling sweep on the shipped Shakespeare: small GPTs trained at fixed compute budgets.
 
 Taught in chapter 5 (scaling laws), sections on the sweep and on running it on several machines.
-``bench/scaling_sweep.py`` runs :data:`SWEEP` and writes ``course_lib/data/scaling_sweep.csv``,
+``bench/scaling_sweep.py`` runs :data:`SWEEP` and writes ``course_lib/data/scaling_sweep.csv.gz``,
 which the chapter loads; the chapter re-runs one or two small points live with :func:`train_run`.
 
 **The design** follows Hoffmann et al. (2022)'s IsoFLOP profiles: a few compute budgets
@@ -25,6 +25,8 @@ summation order.
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import math
 import os
 import time
@@ -40,7 +42,8 @@ import torch.nn.functional as F
 from course_lib.corpus import char_vocabulary, load_shakespeare
 from course_lib.gpt import GPT, GPTConfig
 
-SWEEP_CSV = Path(__file__).resolve().parent / "data" / "scaling_sweep.csv"
+#: The shipped results, gzip-compressed (the package ships ``data/*.gz``).
+SWEEP_CSV = Path(__file__).resolve().parent / "data" / "scaling_sweep.csv.gz"
 BLOCK_SIZE = 64  # context length of every run
 BATCH_SIZE = 16  # global batch, in windows of BLOCK_SIZE characters (1,024 tokens per step)
 TOKENS_PER_STEP = BLOCK_SIZE * BATCH_SIZE
@@ -279,9 +282,17 @@ CONFIG_COLUMNS: tuple[str, ...] = ("name", "n_embd", "n_layer", "n_head", "steps
                                    "warmup", "budget", "heldout", "seed")
 
 
+def _open_text(path: Path | str, mode: str) -> io.TextIOBase:
+    """A text file, gzip-compressed when the name ends in ``.gz`` (reproducible: no timestamp)."""
+    if str(path).endswith(".gz"):
+        raw = gzip.GzipFile(path, mode + "b", mtime=0)
+        return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+    return open(path, mode, encoding="utf-8", newline="")
+
+
 def write_csv(rows: list[dict[str, Any]], path: Path | str = SWEEP_CSV) -> None:
     """Write the sweep's rows (the dicts of :func:`train_run`) with :data:`COLUMNS`."""
-    with open(path, "w", newline="") as f:
+    with _open_text(path, "w") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
@@ -300,7 +311,7 @@ def read_csv(path: Path | str = SWEEP_CSV) -> list[dict[str, Any]]:
     ints = {"n_embd", "n_layer", "n_head", "steps", "warmup", "seed", "tokens", "params_total",
             "params_nonembedding", "world_size"}
     rows = []
-    with open(path, newline="") as f:
+    with _open_text(path, "r") as f:
         for raw in csv.DictReader(f):
             row: dict[str, Any] = {}
             for k, v in raw.items():

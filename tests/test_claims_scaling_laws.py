@@ -2,7 +2,7 @@
 
 Each test names the sentence it guards. Values in the comments were measured in full mode at the
 time of writing (seed 0, shared 2-core CPU, one thread). Values computed from the shipped sweep
-(`course_lib/data/scaling_sweep.csv`) or from published numbers are deterministic; their bounds
+(`course_lib/data/scaling_sweep.csv.gz`) or from published numbers are deterministic; their bounds
 leave room for a re-run of the sweep on another machine. Measurements of this machine (peak,
 throughput, MFU) get wide bounds: they move by tens of per cent with the load.
 """
