@@ -17,12 +17,13 @@ its last number (:func:`extract_answer`).
 
 ``scripts/train_chain_of_thought.py --config short|long`` trains both variants with
 :data:`COT_CONFIGS` (up to 4 or up to 8 steps in training) and writes
-``course_lib/data/chain_of_thought_<name>.json``, which the chapter plots.
+``course_lib/data/chain_of_thought_<name>.json.xz``, which the chapter plots.
 """
 
 from __future__ import annotations
 
 import json
+import lzma
 import random
 import re
 from dataclasses import asdict, dataclass
@@ -43,7 +44,7 @@ def results_path(name: str) -> Path:
     """Where ``scripts/train_chain_of_thought.py --config name`` writes its results."""
     if name not in COT_CONFIGS:
         raise ValueError(f"unknown configuration {name!r}; choose from {sorted(COT_CONFIGS)}")
-    return DATA_DIR / f"chain_of_thought_{name}.json"
+    return DATA_DIR / f"chain_of_thought_{name}.json.xz"
 
 
 @dataclass(frozen=True)
@@ -244,4 +245,4 @@ def load_results(name: str = "short") -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run scripts/train_chain_of_thought.py "
                                 f"--config {name}")
-    return json.loads(path.read_text())
+    return json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))

@@ -32,7 +32,7 @@ from course_lib import corpus, gpt
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BASE_MODEL_PATH = DATA_DIR / "base_gpt.pt.xz"
-RUNS_PATH = DATA_DIR / "fine_tuning_runs.json"  # scripts/finetune_runs.py's results
+RUNS_PATH = DATA_DIR / "fine_tuning_runs.json.xz"  # scripts/finetune_runs.py's results (xz: package data)
 
 
 @dataclass(frozen=True)
@@ -314,6 +314,7 @@ def finetune_method(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig
 
     steps = config.steps if steps is None else steps
     model = copy.deepcopy(base)
+    torch.manual_seed(config.seed)  # the adapters' initialisation, whatever ran before
     if rank is not None:
         lora.add_lora(model, rank, config.alpha_over_r * rank)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -366,13 +367,20 @@ def compare_methods(config: FinetuneConfig = FINETUNE_CONFIG,
     return results
 
 
+def save_json_xz(data: Any, path: Path) -> None:
+    """Write ``data`` as xz-compressed JSON (``course_lib``'s package data ships ``*.xz`` files)."""
+    import json
+
+    path.write_bytes(lzma.compress((json.dumps(data, indent=1) + "\n").encode("utf-8")))
+
+
 def load_runs(path: Path = RUNS_PATH) -> dict[str, Any]:
     """The shipped results of ``scripts/finetune_runs.py`` (one entry per method)."""
     import json
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run scripts/finetune_runs.py")
-    return json.loads(path.read_text())
+    return json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
 
 
 def measure_costs(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig = FINETUNE_CONFIG,

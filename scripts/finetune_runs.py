@@ -4,7 +4,7 @@ Fine-tunes the shipped base model (``course_lib/data/base_gpt.pt.xz``) on the in
 :mod:`course_lib.finetune` with :data:`course_lib.finetune.FINETUNE_CONFIG`: the same questions,
 batches and steps for full fine-tuning and for LoRA at every rank, and measures trainable
 parameters, the optimiser's state in bytes, time per step, task accuracy, and the base task's
-validation loss after tuning (forgetting). Writes ``course_lib/data/fine_tuning_runs.json``
+validation loss after tuning (forgetting). Writes ``course_lib/data/fine_tuning_runs.json.xz``
 (provenance in ``course_lib/data/FINE_TUNING_RUNS.md``); ``tests/test_finetune.py`` checks that the
 file's configuration is the module's.
 
@@ -16,7 +16,6 @@ Run (about 5 minutes on one thread of a 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = finetune.compare_methods(config)
     results["command"] = "nice -n 10 .venv/bin/python scripts/finetune_runs.py"
     results["torch"] = torch.__version__
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    finetune.save_json_xz(results, args.out)
     print(f"before: accuracy {results['accuracy_before']:.3f}, base loss "
           f"{results['base_loss_before']:.4f}")
     for name, m in results["methods"].items():

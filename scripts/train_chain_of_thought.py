@@ -4,7 +4,7 @@ Two small GPTs from scratch on multi-step arithmetic (:mod:`course_lib.arithmeti
 answer-only targets and one with every intermediate count written out, with
 :data:`course_lib.arithmetic.COT_CONFIGS` (``short``: up to 4 steps in training; ``long``: up to 8);
 the exact-match accuracy of each at every test k goes to
-``course_lib/data/chain_of_thought_<config>.json`` (provenance in
+``course_lib/data/chain_of_thought_<config>.json.xz`` (provenance in
 ``course_lib/data/CHAIN_OF_THOUGHT.md``), which the chapter plots. ``tests/test_arithmetic.py``
 checks that each file's configuration is the module's.
 
@@ -17,7 +17,6 @@ Run (about 5 and 8 minutes on one thread of a busy 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -28,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import arithmetic  # noqa: E402
+from course_lib import arithmetic, finetune  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--config", choices=sorted(arithmetic.COT_CONFIGS), default="short",
                         help="which experiment (default short: up to 4 steps in training)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default: course_lib/data/chain_of_thought_<config>.json")
+                        help="default: course_lib/data/chain_of_thought_<config>.json.xz")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     config = arithmetic.COT_CONFIGS[args.config]
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["command"] = ("nice -n 10 .venv/bin/python scripts/train_chain_of_thought.py "
                           f"--config {args.config}")
     results["torch"] = torch.__version__
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    finetune.save_json_xz(results, out)
     for name, by_k in results["accuracy"].items():
         print(f"{name:>17}: " + "  ".join(f"k={k} {a:.3f}" for k, a in by_k.items()))
     print(f"wrote {out}; total {time.perf_counter() - start:.1f} s")
