@@ -134,6 +134,6 @@ def test_published_laws(built_book: Path) -> None:
 
 
 def test_the_chapter_fits_its_time_budget(built_book: Path) -> None:
-    """Title: "about 25 seconds on a 2-core CPU (full mode)"; the budget is 60 s (120 s on a
+    """Title: "about 20 seconds on a 2-core CPU (full mode)"; the budget is 60 s (120 s on a
     busy machine of that kind)."""
     assert value("ch5_seconds") < 120
