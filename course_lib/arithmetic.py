@@ -67,7 +67,7 @@ class ArithmeticConfig:
     @property
     def block_size(self) -> int:
         """Long enough for a chain of thought of the largest k: 3 + 2k + 3k - 1 positions."""
-        return 3 + 5 * max(self.test_steps)
+        return 3 + 5 * max(*self.train_steps, *self.test_steps)
 
 
 #: The two experiments of section 5: up to 4 steps in training, and up to 8 (longer chains).

@@ -62,3 +62,21 @@ def test_the_shipped_results_are_the_scripts_configuration(name: str) -> None:
         assert all(0.0 <= a <= 1.0 for a in data["accuracy"][variant].values())
     with pytest.raises(ValueError, match="unknown configuration"):
         arithmetic.results_path("medium")
+
+
+def test_the_script_runs_and_writes_a_file_the_loader_reads(tmp_path, monkeypatch) -> None:
+    """A smoke run of scripts/train_chain_of_thought.py (two steps, few test problems)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_chain_of_thought.py"
+    spec = importlib.util.spec_from_file_location("train_chain_of_thought", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    small = replace(arithmetic.COT_CONFIGS["short"], eval_problems=5, test_steps=(1, 2))
+    monkeypatch.setitem(arithmetic.COT_CONFIGS, "short", small)
+    out = tmp_path / "cot.json.xz"
+    results = script.main(["--config", "short", "--steps", "2", "--out", str(out)])
+    monkeypatch.setattr(arithmetic, "results_path", lambda name: out)
+    assert arithmetic.load_results("short")["accuracy"] == results["accuracy"]
+    assert results["config"]["steps"] == 2 and results["command"].endswith("--config short")

@@ -119,3 +119,28 @@ def test_measure_costs_counts_what_trains() -> None:
     assert costs["LoRA r=4"]["trainable"] == 8 * 1024
     assert all(c["ms_per_step"] > 0 for c in costs.values())
     assert all(p.requires_grad for p in model.parameters())  # the base model is left as it was
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_run_and_write_files_the_loaders_read(tmp_path, capsys) -> None:
+    """Smoke runs of scripts/train_base_model.py and scripts/finetune_runs.py (two steps)."""
+    out = tmp_path / "base.pt.xz"
+    loss = _script("train_base_model").main(["--steps", "2", "--out", str(out)])
+    saved = finetune.read_base_file(out)
+    assert saved["recipe"]["steps"] == 2 and saved["val_loss"] == pytest.approx(loss)
+    model, _ = finetune.load_base_model(path=out)
+    assert finetune.base_loss(model) == pytest.approx(loss, abs=1e-4)
+    runs_out = tmp_path / "runs.json.xz"
+    results = _script("finetune_runs").main(["--steps", "2", "--out", str(runs_out)])
+    assert finetune.load_runs(runs_out)["methods"].keys() == results["methods"].keys()
+    assert "command:" in capsys.readouterr().out
