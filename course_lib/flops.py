@@ -1,6 +1,6 @@
 r"""What a Transformer costs to run and to train, in FLOPs, and what a machine delivers.
 
-Taught in chapter 5 (scaling laws), section 2. A multiply-add is two floating-point operations
+Taught in chapter 5 (scaling laws), sections 2 (FLOPs) and 3 (measuring the machine). A multiply-add is two floating-point operations
 (FLOPs), so a matrix product of ``(m, k)`` by ``(k, n)`` costs :math:`2 m k n`. A token going
 through a weight matrix of :math:`P` entries costs :math:`2P`; through all of a model's
 non-embedding weights :math:`2N`. Attention adds the products with the other positions' keys and

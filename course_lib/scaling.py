@@ -1,6 +1,6 @@
 r"""Scaling laws: the published ones as functions, and the fits that find them in a sweep.
 
-Taught in chapter 5 (scaling laws), sections 4 to 6.
+Taught in chapter 5 (scaling laws), sections 5 (fits), 6 (extrapolation) and 7 (the published laws).
 
 **Kaplan et al. (2020)** fit the test loss of GPT-style models on WebText2 (nats per BPE token)
 as power laws in the non-embedding parameters :math:`N`, the training tokens :math:`D` and the
