@@ -132,7 +132,7 @@ def count_parameters(module: nn.Module) -> int:
 def gpt_param_parts(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, *,
                     tied: bool = True, biases: bool = True, d_ff: int | None = None,
                     learned_positions: bool = True) -> dict[str, int]:
-    r"""The parameters of a GPT-2-style decoder, part by part, with ``"total"`` and ``"non_embedding"``.
+    r"""A GPT-2-style decoder's parameters, part by part, with ``"total"`` and ``"non_embedding"``.
 
     Taught in chapter 5, section 1. The architecture is :class:`course_lib.gpt.GPT`'s (GPT-2's):
     pre-norm blocks of attention (``4 d^2`` weights) and a two-layer MLP (``2 d d_ff``), two

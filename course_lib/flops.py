@@ -1,10 +1,12 @@
 r"""What a Transformer costs to run and to train, in FLOPs, and what a machine delivers.
 
-Taught in chapter 5 (scaling laws), sections 2 (FLOPs) and 3 (measuring the machine). A multiply-add is two floating-point operations
-(FLOPs), so a matrix product of ``(m, k)`` by ``(k, n)`` costs :math:`2 m k n`. A token going
-through a weight matrix of :math:`P` entries costs :math:`2P`; through all of a model's
-non-embedding weights :math:`2N`. Attention adds the products with the other positions' keys and
-values. Kaplan et al. (2020, Table 1) count, per token of a context of :math:`n_{ctx}`:
+Taught in chapter 5 (scaling laws), sections 2 (FLOPs) and 3 (measuring the machine).
+
+A multiply-add is two floating-point operations (FLOPs), so a matrix product of ``(m, k)`` by
+``(k, n)`` costs :math:`2 m k n`. A token going through a weight matrix of :math:`P` entries costs
+:math:`2P`; through all of a model's non-embedding weights :math:`2N`. Attention adds the products
+with the other positions' keys and values. Kaplan et al. (2020, Table 1) count, per token of a
+context of :math:`n_{ctx}`:
 
 .. math:: C_{\text{forward}} \approx 2N + 2\, n_{\text{layer}}\, n_{ctx}\, d_{\text{attn}},
           \qquad C_{\text{train}} \approx 3\, C_{\text{forward}} \approx 6N
@@ -68,7 +70,7 @@ def forward_flops_per_token(n_params: float, n_layers: int, n_ctx: int, d_model:
 
 def training_flops(n_params: float, n_tokens: float, n_layers: int = 0, n_ctx: int = 0,
                    d_model: int = 0) -> float:
-    r"""Training FLOPs of a run: three forward passes' worth per token, :math:`3 D\, C_{\text{forward}}`.
+    r"""Training FLOPs of a run, three forward passes per token: :math:`3 D\, C_{\text{forward}}`.
 
     With the attention term left out (the defaults), this is Kaplan et al.'s :math:`6 N D`.
 
@@ -110,7 +112,10 @@ def gpt_matmul_flops(config: GPTConfig, batch: int, seq_len: int) -> dict[str, i
 
 
 def attention_share(n_params: float, n_layers: int, n_ctx: int, d_model: int) -> float:
-    r"""The fraction of forward FLOPs per token spent on attention scores: :math:`\frac{2 L n_{ctx} d}{2N + 2 L n_{ctx} d}`.
+    r"""The share of forward FLOPs per token spent on attention scores, Kaplan's count.
+
+    .. math:: \frac{2 L n_{ctx} d}{2N + 2 L n_{ctx} d}
+
 
     With :math:`N \approx 12 L d^2` it is :math:`n_{ctx} / (12 d + n_{ctx})`: small while the
     context is shorter than about :math:`12 d` (Kaplan et al., section 2.1).
@@ -124,7 +129,10 @@ def attention_share(n_params: float, n_layers: int, n_ctx: int, d_model: int) ->
 
 
 def mfu(tokens_per_second: float, flops_per_token: float, peak_flops: float) -> float:
-    r"""Model FLOPs utilisation: :math:`\frac{\text{tokens/s} \times \text{FLOPs/token}}{\text{peak FLOP/s}}`, a fraction.
+    r"""Model FLOPs utilisation, a fraction: tokens/s times FLOPs/token over peak FLOP/s.
+
+    .. math:: \mathrm{MFU} = \frac{\text{tokens/s} \times \text{FLOPs/token}}{\text{peak FLOP/s}}
+
 
     For training, ``flops_per_token`` is :math:`6N` (or :math:`3\,C_{\text{forward}}` with
     attention); recomputed activations do not count (that would be hardware FLOPs utilisation).

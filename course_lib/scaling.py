@@ -67,7 +67,7 @@ def _positive(name: str, value: ArrayLike | float) -> np.ndarray:
 
 
 def kaplan_loss_n(n_params: float) -> float:
-    r"""Kaplan et al.'s :math:`L(N) = (N_c/N)^{\alpha_N}`: the loss of a model trained to convergence.
+    r"""Kaplan et al.'s :math:`L(N) = (N_c/N)^{\alpha_N}`: a model trained to convergence.
 
     Example:
         >>> round(kaplan_loss_n(1.5e9), 2)  # about GPT-2 XL's non-embedding size
@@ -77,7 +77,7 @@ def kaplan_loss_n(n_params: float) -> float:
 
 
 def kaplan_loss_d(n_tokens: float) -> float:
-    r"""Kaplan et al.'s :math:`L(D) = (D_c/D)^{\alpha_D}`: a large model stopped early on ``D`` tokens.
+    r"""Kaplan et al.'s :math:`L(D) = (D_c/D)^{\alpha_D}`: a large model stopped early.
 
     Example:
         >>> round(kaplan_loss_d(3e11), 2)
@@ -110,7 +110,7 @@ def kaplan_loss_c(pf_days: float) -> float:
 
 @dataclass(frozen=True)
 class ChinchillaFit:
-    """The five parameters of :math:`L(N, D) = E + A/N^\\alpha + B/D^\\beta` (loss in nats per token)."""
+    """The five parameters of :math:`L(N, D) = E + A/N^\\alpha + B/D^\\beta` (nats per token)."""
 
     E: float
     A: float

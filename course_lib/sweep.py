@@ -78,7 +78,7 @@ class RunConfig:
 
 
 def non_embedding_params(n_embd: int, n_layer: int) -> int:
-    r"""Kaplan et al.'s :math:`N` for :class:`course_lib.gpt.GPT` with biases: the blocks and the final LayerNorm.
+    r"""Kaplan et al.'s :math:`N` of :class:`course_lib.gpt.GPT`: its blocks and final LayerNorm.
 
     .. math:: N = L\,(12 d^2 + 13 d) + 2 d
 
@@ -117,7 +117,7 @@ def make_run(n_embd: int, n_layer: int, n_head: int, budget: float, heldout: boo
 
 
 def sweep_configs() -> list[RunConfig]:
-    """Every run of the sweep: each size at each budget whose step count is in range, then the held-out run."""
+    """Every run: each size at each budget whose step count is in range, then the held-out run."""
     runs = []
     for budget in BUDGETS:
         for d, L, h in SIZES:
@@ -163,7 +163,7 @@ def model_for(run: RunConfig, vocab_size: int) -> GPT:
 
 
 def lr_at(step: int, run: RunConfig) -> float:
-    """Linear warm-up to ``run.lr`` over ``run.warmup`` steps, then a cosine to 10% at the last step.
+    """Linear warm-up to ``run.lr`` over ``run.warmup`` steps, then a cosine to 10% at the end.
 
     Example:
         >>> run = make_run(16, 2, 2, 1e11)

@@ -56,9 +56,9 @@ def test_bootstrap_interval_covers_the_true_exponent_most_of_the_time() -> None:
 def test_compute_optimal_is_the_numerical_minimum_on_the_isoflop_line(law, flops) -> None:
     n, d = law.compute_optimal(flops)
     assert 6 * n * d == pytest.approx(flops, rel=1e-9)
-    res = optimize.minimize_scalar(lambda ln: float(law.loss(math.exp(ln), flops / 6 / math.exp(ln))),
-                                   bounds=(0, 60), method="bounded",
-                                   options={"xatol": 1e-10})
+    res = optimize.minimize_scalar(
+        lambda ln: float(law.loss(math.exp(ln), flops / 6 / math.exp(ln))),
+        bounds=(0, 60), method="bounded", options={"xatol": 1e-10})
     assert math.exp(res.x) == pytest.approx(n, rel=1e-4)
 
 
