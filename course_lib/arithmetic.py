@@ -164,7 +164,7 @@ def decode(ids: list[int]) -> str:
 
 def make_batch(rng: random.Random, ks: tuple[int, ...], batch_size: int, chain_of_thought: bool,
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A training batch ``x, y, mask`` (``(B, T)``; mask: the target's tokens) with k drawn from ``ks``."""
+    """A batch ``x, y, mask`` (each ``(B, T)``; mask: the target's tokens), k drawn from ``ks``."""
     pairs = []
     for _ in range(batch_size):
         start, changes = make_problem(rng, rng.choice(ks))

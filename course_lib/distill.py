@@ -1,4 +1,4 @@
-r"""Knowledge distillation (Hinton et al., 2015): a small student learns from a teacher's soft targets.
+r"""Knowledge distillation (Hinton et al., 2015): a student learns from a teacher's soft targets.
 
 Taught in chapter 7 (from a base model to an assistant), section 3. The teacher's distribution
 over the next token says more than the one observed token: which wrong answers are nearly right.
@@ -26,7 +26,7 @@ from course_lib import corpus, gpt, training
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                       temperature: float) -> torch.Tensor:
-    r"""``T^2`` times the mean over positions of :math:`\mathrm{KL}(p_T^{teacher} \Vert p_T^{student})`.
+    r"""``T^2`` times the mean over positions of :math:`\mathrm{KL}(p_T^{t} \Vert p_T^{s})`.
 
     Args:
         student_logits, teacher_logits: ``(..., V)``, the same shape; every leading position is
@@ -55,7 +55,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 def hinton_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                 targets: torch.Tensor, temperature: float, weight: float) -> torch.Tensor:
-    r""":math:`\lambda\, \mathcal L_{KD} + (1 - \lambda)\, \mathrm{CE}(z_s, y)`, ``weight`` = :math:`\lambda`.
+    r""":math:`\lambda \mathcal L_{KD} + (1 - \lambda) \mathrm{CE}(z_s, y)` with ``weight`` = λ.
 
     Args:
         student_logits, teacher_logits: ``(B, T, V)``; targets: ``(B, T)`` ids.

@@ -1,4 +1,4 @@
-r"""Direct preference optimisation (Rafailov et al., 2023), from scratch, on a checkable toy preference.
+r"""Direct preference optimisation (Rafailov et al., 2023) from scratch, on a checkable preference.
 
 Taught in chapter 7 (from a base model to an assistant), section 4. Given a prompt :math:`x` and
 two completions, the preferred :math:`y_w` and the other :math:`y_l`, DPO raises the policy's
@@ -48,8 +48,9 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
     shapes = {tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen,
                                        reference_rejected)}
     if len(shapes) != 1 or policy_chosen.dim() != 1:
-        raise ValueError(f"the four log-probabilities must be (B,) tensors of one shape, got "
-                         f"{[tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen, reference_rejected)]}")
+        got = [tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen,
+                                        reference_rejected)]
+        raise ValueError(f"the four log-probabilities must be (B,) tensors of one shape, got {got}")
     if beta <= 0:
         raise ValueError(f"beta must be positive, got {beta}")
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
@@ -57,7 +58,7 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
 
 
 def completion_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
-    r""":math:`\log p(y|x)` of each row: the sum of the log-probabilities of its tokens after the prompt.
+    r""":math:`\log p(y|x)` per row: the summed log-probabilities of the tokens after the prompt.
 
     Args:
         model: any ``(B, T) -> (B, T, V)`` language model.
@@ -87,7 +88,7 @@ def has_property(text: str) -> bool:
 @torch.no_grad()
 def sample_completions(model: gpt.GPT, prompts: torch.Tensor, length: int, seed: int,
                        temperature: float = 1.0) -> torch.Tensor:
-    """``(B, P + length)``: each prompt row followed by a sampled completion of ``length`` tokens."""
+    """``(B, P + length)``: each prompt row followed by a sampled completion of ``length``."""
     g = torch.Generator(device=prompts.device).manual_seed(seed)
     return sampling.sample(model.cached_step(), prompts, length, g, temperature=temperature)
 
@@ -136,7 +137,7 @@ def property_rate_and_kl(policy: gpt.GPT, reference: gpt.GPT, prompts: torch.Ten
 def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejected: torch.Tensor,
               prompt_length: int, beta: float, steps: int, lr: float, batch_size: int,
               seed: int = 0) -> list[float]:
-    """Train ``policy`` with :func:`dpo_loss` on the pairs (``reference`` frozen); return the losses.
+    """Train ``policy`` with :func:`dpo_loss` on the pairs, ``reference`` frozen; return the losses.
 
     The reference's log-probabilities are computed once: it never changes.
     """

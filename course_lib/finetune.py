@@ -1,4 +1,4 @@
-r"""Supervised fine-tuning of a base model: the shipped base GPT, an instruction task, the masked loss.
+r"""Supervised fine-tuning: the shipped base GPT, an instruction task, the answer-only loss.
 
 Taught in chapter 7 (from a base model to an assistant), section 1. A *base model* has learnt
 to continue text; supervised fine-tuning (SFT) trains it further on prompt/answer pairs with a
@@ -32,7 +32,7 @@ from course_lib import corpus, gpt
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BASE_MODEL_PATH = DATA_DIR / "base_gpt.pt.xz"
-RUNS_PATH = DATA_DIR / "fine_tuning_runs.json.xz"  # scripts/finetune_runs.py's results (xz: package data)
+RUNS_PATH = DATA_DIR / "fine_tuning_runs.json.xz"  # scripts/finetune_runs.py's results
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def base_config(recipe: BaseRecipe = BASE_RECIPE, vocab_size: int = 83) -> gpt.G
 
 
 def validation_windows(recipe: BaseRecipe = BASE_RECIPE) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed validation windows ``(x, y)``, each ``(eval_windows, block_size)``, of the base task."""
+    """The base task's fixed validation windows ``(x, y)``, each ``(eval_windows, block_size)``."""
     ids = corpus.encode_chars(corpus.load_shakespeare("val"), char_vocabulary())
     g = torch.Generator().manual_seed(recipe.eval_seed)
     return corpus.random_windows(ids, recipe.block_size, recipe.eval_windows, g)
@@ -91,7 +91,7 @@ def base_loss(model: gpt.GPT, windows: tuple[torch.Tensor, torch.Tensor] | None 
               batch_size: int = 32) -> float:
     """Mean next-character loss (nats) of ``model`` on the base task's validation windows.
 
-    The *forgetting* of section 1 is this loss after fine-tuning minus the same before.
+    The *forgetting* of section 2 is this loss after fine-tuning minus the same before.
     """
     x_all, y_all = validation_windows() if windows is None else windows
     device = next(model.parameters()).device
@@ -99,7 +99,8 @@ def base_loss(model: gpt.GPT, windows: tuple[torch.Tensor, torch.Tensor] | None 
     model.eval()
     total = 0.0
     for start in range(0, len(x_all), batch_size):
-        x, y = x_all[start:start + batch_size].to(device), y_all[start:start + batch_size].to(device)
+        x = x_all[start:start + batch_size].to(device)
+        y = y_all[start:start + batch_size].to(device)
         total += float(gpt.lm_loss(model(x), y)) * len(x)
     model.train(was_training)
     return total / len(x_all)
@@ -107,7 +108,7 @@ def base_loss(model: gpt.GPT, windows: tuple[torch.Tensor, torch.Tensor] | None 
 
 def save_base_model(model: gpt.GPT, path: Path, recipe: BaseRecipe, vocabulary: list[str],
                     extra: dict[str, Any]) -> None:
-    """Write ``model``'s weights in float16 with its recipe, vocabulary and ``extra``, xz-compressed."""
+    """Write ``model``'s float16 weights, recipe, vocabulary and ``extra``, xz-compressed."""
     state = {k: v.detach().to("cpu", torch.float16) for k, v in model.state_dict().items()
              if k != "lm_head.weight"}  # tied to transformer.wte.weight: stored once
     buffer = io.BytesIO()
@@ -117,7 +118,7 @@ def save_base_model(model: gpt.GPT, path: Path, recipe: BaseRecipe, vocabulary: 
 
 
 def read_base_file(path: Path = BASE_MODEL_PATH) -> dict[str, Any]:
-    """The shipped file's contents: ``recipe`` (a dict), ``vocabulary``, ``state_dict``, ``val_loss``..."""
+    """The shipped file: ``recipe`` (a dict), ``vocabulary``, ``state_dict``, ``val_loss``."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; train it with scripts/train_base_model.py")
     return torch.load(io.BytesIO(lzma.decompress(path.read_bytes())), weights_only=True)
@@ -275,7 +276,7 @@ def answer_accuracy(model: gpt.GPT, pairs: list[tuple[str, str]], vocabulary: li
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """Section 1's comparison: the same task, steps and batches, full against LoRA at several ranks."""
+    """Section 2's comparison: one task, steps and batches; full against LoRA at several ranks."""
 
     ranks: tuple[int, ...] = (1, 4, 16)  # LoRA ranks compared with full fine-tuning
     alpha_over_r: float = 2.0  # alpha = 2 r: the update's scale alpha / r is the same at every rank

@@ -44,7 +44,7 @@ def _check(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor) -> 
 
 def lora_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
-    r"""A linear layer with a LoRA adapter: :math:`x W^\top + b + \frac{\alpha}{r} (x A^\top) B^\top`.
+    r"""A linear layer with a LoRA adapter: :math:`x W^\top + b + (\alpha/r) (x A^\top) B^\top`.
 
     Args:
         x: ``(..., in)``.
@@ -132,7 +132,7 @@ class LoRALinear(nn.Module):
 
 def add_lora(model: nn.Module, r: int, alpha: float,
              targets: Iterable[str] = GPT_TARGETS) -> nn.Module:
-    """Freeze ``model`` and put a :class:`LoRALinear` on every ``nn.Linear`` whose name ends with a target.
+    """Freeze ``model``; wrap each ``nn.Linear`` named ``*<target>`` in a :class:`LoRALinear`.
 
     Changes ``model`` in place and returns it; only the adapters train afterwards.
 

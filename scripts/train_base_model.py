@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> float:
     val_loss = finetune.base_loss(loaded, finetune.validation_windows(recipe))
     finetune.save_base_model(model, args.out, recipe, vocabulary, {"val_loss": val_loss})
     print(f"validation loss {val_loss:.4f} nats per character (float16 weights); "
-          f"{args.out} {args.out.stat().st_size:,} bytes; total {time.perf_counter() - start:.1f} s")
+          f"{args.out} {args.out.stat().st_size:,} bytes; "
+          f"total {time.perf_counter() - start:.1f} s")
     return val_loss
 
 

@@ -37,7 +37,8 @@ def test_completion_logprobs_sum_the_completion_tokens_only() -> None:
         got = dpo.completion_logprobs(model, tokens, prompt_length=4)
         expected = torch.zeros(3)
         for t in range(4, 7):  # log p(tokens[:, t] | tokens[:, :t]), step by step
-            expected += model.step(tokens[:, :t]).log_softmax(-1).gather(1, tokens[:, t:t + 1])[:, 0]
+            log_p = model.step(tokens[:, :t]).log_softmax(-1)  # (3, V)
+            expected += log_p.gather(1, tokens[:, t:t + 1])[:, 0]
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="prompt_length"):
         dpo.completion_logprobs(model, tokens, 7)
@@ -60,12 +61,14 @@ def test_dpo_training_raises_the_chosen_margin_and_the_reference_stays_frozen() 
     policy = gpt.GPT(config)
     policy.load_state_dict(reference.state_dict())
     g = torch.Generator().manual_seed(0)
-    chosen = torch.cat([torch.randint(5, (16, 2), generator=g), torch.zeros(16, 4, dtype=torch.long)], 1)
+    prompts = torch.randint(5, (16, 2), generator=g)
+    chosen = torch.cat([prompts, torch.zeros(16, 4, dtype=torch.long)], 1)
     rejected = torch.cat([chosen[:, :2], torch.ones(16, 4, dtype=torch.long)], 1)
     ref_state = {k: v.clone() for k, v in reference.state_dict().items()}
     losses = dpo.train_dpo(policy, reference, chosen, rejected, 2, beta=0.5, steps=20, lr=1e-2,
                            batch_size=8)
     assert losses[0] == pytest.approx(math.log(2), abs=1e-5) and losses[-1] < 0.3
     assert all(torch.equal(v, reference.state_dict()[k]) for k, v in ref_state.items())
-    rate, kl = dpo.property_rate_and_kl(reference, reference, chosen[:4, :2], 3, ["a", "e", "b", "c", "d"], 0)
+    vocab = ["a", "e", "b", "c", "d"]
+    rate, kl = dpo.property_rate_and_kl(reference, reference, chosen[:4, :2], 3, vocab, 0)
     assert kl == pytest.approx(0.0, abs=1e-6) and 0.0 <= rate <= 1.0

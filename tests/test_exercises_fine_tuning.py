@@ -50,8 +50,9 @@ def test_references_agree_with_torch_peers() -> None:
     g = torch.Generator().manual_seed(0)
     # lora_forward: an nn.Linear holding the merged weight
     x = torch.randn(4, 6, generator=g, dtype=torch.float64)
-    w, b = torch.randn(3, 6, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
-    a, bb = torch.randn(2, 6, generator=g, dtype=torch.float64), torch.randn(3, 2, generator=g, dtype=torch.float64)
+    f64 = torch.float64
+    w, b = torch.randn(3, 6, generator=g, dtype=f64), torch.randn(3, generator=g, dtype=f64)
+    a, bb = torch.randn(2, 6, generator=g, dtype=f64), torch.randn(3, 2, generator=g, dtype=f64)
     linear = torch.nn.Linear(6, 3).double()
     with torch.no_grad():
         linear.weight.copy_(lora.merge_lora(w, a, bb, 5.0))
@@ -68,14 +69,14 @@ def test_references_agree_with_torch_peers() -> None:
                                atol=1e-12)
     # distillation_loss: kl_div, batchmean over positions, times T^2
     s, t = logits, torch.randn(2, 5, 7, generator=g, dtype=torch.float64)
-    peer = 9 * F.kl_div(F.log_softmax(s.reshape(-1, 7) / 3, -1), F.softmax(t.reshape(-1, 7) / 3, -1),
-                        reduction="batchmean")
+    peer = 9 * F.kl_div(F.log_softmax(s.reshape(-1, 7) / 3, -1),
+                        F.softmax(t.reshape(-1, 7) / 3, -1), reduction="batchmean")
     torch.testing.assert_close(distill.distillation_loss(s, t, 3.0), peer, rtol=1e-12, atol=1e-12)
     # dpo_loss: binary cross-entropy with the chosen label on the logit beta * margin
     pw, pl, rw, rl = (torch.randn(5, generator=g, dtype=torch.float64) * 10 for _ in range(4))
     logit = 0.2 * ((pw - rw) - (pl - rl))
     torch.testing.assert_close(dpo.dpo_loss(pw, pl, rw, rl, 0.2),
-                               F.binary_cross_entropy_with_logits(logit, torch.ones(5, dtype=torch.float64)),
+                               F.binary_cross_entropy_with_logits(logit, torch.ones_like(logit)),
                                rtol=1e-12, atol=1e-12)
     assert dpo.dpo_loss(pw, pw, rw, rw, 0.2).item() == pytest.approx(math.log(2))
 

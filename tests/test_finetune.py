@@ -1,4 +1,4 @@
-"""Supervised fine-tuning (course_lib.finetune): the shipped base model, the task, the masked loss."""
+"""Supervised fine-tuning (course_lib.finetune): the shipped base model, the task, the loss."""
 
 from __future__ import annotations
 
@@ -106,10 +106,11 @@ def test_the_shipped_comparison_is_the_scripts_configuration() -> None:
     assert full["trainable"] == sum(p.numel() for p in finetune.load_base_model()[0].parameters())
     for name, rank in zip(finetune.method_names()[1:], finetune.FINETUNE_CONFIG.ranks):
         m = runs["methods"][name]
-        # two blocks, each c_attn (64 -> 192), c_proj (64 -> 64), c_fc (64 -> 256), c_proj (256 -> 64)
+        # two blocks: c_attn (64 -> 192), c_proj (64 -> 64), c_fc (64 -> 256), c_proj (256 -> 64)
         assert m["trainable"] == 2 * rank * ((64 + 192) + (64 + 64) + (64 + 256) + (256 + 64))
         assert m["adam_bytes"] == 8 * m["trainable"]  # two float32 moments per parameter
-    assert runs["base_loss_before"] == pytest.approx(finetune.read_base_file()["val_loss"], abs=1e-4)
+    stated = finetune.read_base_file()["val_loss"]
+    assert runs["base_loss_before"] == pytest.approx(stated, abs=1e-4)
 
 
 def test_measure_costs_counts_what_trains() -> None:

@@ -1,4 +1,4 @@
-"""LoRA from scratch (course_lib.lora) against the peft library's LoRA layer with the same weights."""
+"""LoRA from scratch (course_lib.lora) against the peft library's LoRA layer, same weights."""
 
 from __future__ import annotations
 
@@ -68,8 +68,9 @@ def test_lora_equals_peft_and_so_does_the_merged_weight(r: int, alpha: float) ->
 def test_lora_forward_matches_the_dense_update_and_never_transposes_wrongly() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)
-    w, b = torch.randn(7, 5, generator=g, dtype=torch.float64), torch.randn(7, generator=g, dtype=torch.float64)
-    a, bb = torch.randn(2, 5, generator=g, dtype=torch.float64), torch.randn(7, 2, generator=g, dtype=torch.float64)
+    f64 = torch.float64
+    w, b = torch.randn(7, 5, generator=g, dtype=f64), torch.randn(7, generator=g, dtype=f64)
+    a, bb = torch.randn(2, 5, generator=g, dtype=f64), torch.randn(7, 2, generator=g, dtype=f64)
     dense = x @ (w + 1.5 * bb @ a).T + b  # alpha / r = 3 / 2
     torch.testing.assert_close(lora.lora_forward(x, w, b, a, bb, 3.0), dense, rtol=0, atol=1e-12)
     torch.testing.assert_close(x @ lora.merge_lora(w, a, bb, 3.0).T + b, dense, rtol=0, atol=1e-12)
