@@ -11,8 +11,9 @@ figure reads on a greyscale print and for the common colour-vision deficiencies:
 the Okabe-Ito palette (Okabe and Ito, 2008, "Color Universal Design"), designed to stay distinct
 under protanopia, deuteranopia and tritanopia; heatmaps use viridis, whose lightness rises
 monotonically. :func:`series_style` gives the ``i``-th series its colour, line style and marker;
-:func:`use_course_style` makes them pyplot's defaults too (chapters call it in their setup cell,
-so their own ``ax.plot`` calls follow the same cycle).
+:func:`use_course_style` makes them pyplot's defaults too (chapters 5 and 7, which draw with
+their own ``ax.plot`` and ``ax.bar`` calls, call it in their imports cell, so those follow the
+same cycle).
 
 Example:
     >>> fig = plot_attention(torch.eye(3), ["a", "b", "c"], ["x", "y", "z"])
