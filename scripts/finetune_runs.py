@@ -8,7 +8,7 @@ validation loss after tuning (forgetting). Writes ``course_lib/data/fine_tuning_
 (provenance in ``course_lib/data/FINE_TUNING_RUNS.md``); ``tests/test_finetune.py`` checks that the
 file's configuration is the module's.
 
-Run (about 5 minutes on one thread of a 2-core machine)::
+Run (about 4 to 8 minutes on one thread of a busy 2-core machine)::
 
     nice -n 10 .venv/bin/python scripts/finetune_runs.py
 """

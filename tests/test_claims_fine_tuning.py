@@ -48,31 +48,36 @@ def test_lora_trains_a_small_share_merges_exactly_and_saves_little_time(built_bo
     assert value("ch7_merge_diff") < 1e-10  # 4e-14
 
 
-def test_full_fine_tuning_learns_faster_and_everything_forgets(built_book: Path) -> None:
+def test_full_fine_tuning_learns_most_and_everything_forgets(built_book: Path) -> None:
     """Section 2: full fine-tuning reaches X%, LoRA Y, Z, W% at ranks 1, 4, 16 ("here LoRA learns
-    more slowly, and the largest rank slowest of all", with the last 100 steps' training losses);
-    the base loss rises from B to F (full), ... "all above the 4.42 nats of a uniform guess";
-    "rank 1, the smallest update, forgot the least". Values from fine_tuning_runs.json.xz."""
-    full = value("ch7_full_accuracy")  # 0.443
-    loras = {r: value(f"ch7_lora{r}_accuracy") for r in (1, 4, 16)}  # 0.143, 0.197, 0.043
-    assert 0.3 < full < 0.7 and all(0.0 < a < full - 0.1 for a in loras.values())
-    final = {r: value(f"ch7_lora{r}_final_loss") for r in (1, 4, 16)}  # 1.12, 1.09, 1.30
-    assert value("ch7_full_final_loss") < min(final.values()) - 0.2  # 0.62
-    assert final[16] == max(final.values()) and loras[16] == min(loras.values())
-    before = value("ch7_base_loss_before")
-    losses = {r: value(f"ch7_lora{r}_base_loss") for r in (1, 4, 16)}  # 4.55, 6.55, 10.2
-    uniform = math.log(83)
-    assert all(loss > uniform for loss in [value("ch7_full_base_loss"), *losses.values()])
-    assert value("ch7_full_base_loss") > before + 3  # 7.81
-    assert losses[1] == min(losses.values()) < value("ch7_full_base_loss")
+    less, and the less the smaller its rank", with the last 100 steps' training losses); the base
+    loss rises from B to F (full), ... "against 4.42 nats for a uniform guess": "LoRA at rank 16
+    reads Shakespeare worse than a model that knows nothing"; "among the adapters, the larger the
+    rank, the more the model learnt and the more it forgot"; full fine-tuning "learnt the most
+    and forgot less than LoRA at rank 16". Values from fine_tuning_runs.json.xz (full 3e-4, LoRA
+    alpha = r at 3e-3)."""
+    full = value("ch7_full_accuracy")  # 0.667
+    loras = {r: value(f"ch7_lora{r}_accuracy") for r in (1, 4, 16)}  # 0.110, 0.210, 0.373
+    assert 0.45 < full < 0.9 and all(0.0 < a < full - 0.1 for a in loras.values())
+    assert loras[1] < loras[4] < loras[16]
+    final = {r: value(f"ch7_lora{r}_final_loss") for r in (1, 4, 16)}  # 1.17, 1.08, 0.97
+    assert value("ch7_full_final_loss") < min(final.values()) - 0.2  # 0.50
+    assert final[1] > final[4] > final[16]
+    before = value("ch7_base_loss_before")  # 1.717
+    losses = {r: value(f"ch7_lora{r}_base_loss") for r in (1, 4, 16)}  # 2.77, 3.41, 5.06
+    full_loss = value("ch7_full_base_loss")  # 4.12
+    assert all(loss > before + 0.5 for loss in [full_loss, *losses.values()])
+    assert losses[16] > math.log(83)  # the uniform guess, 4.42
+    assert losses[1] < losses[4] < losses[16]
+    assert full_loss < losses[16]
 
 
 def test_the_live_lora_rerun_goes_the_same_way(built_book: Path) -> None:
     """Section 2: "After N steps the rerun answers X% of the test questions, with a base-task
     loss of Y: the same direction as the longer run, earlier on the way"."""
     assert value("ch7_live_steps") == 150
-    assert value("ch7_live_accuracy") <= value("ch7_lora4_accuracy")  # 0.05 against 0.197
-    assert value("ch7_live_base_loss") > value("ch7_base_loss_before") + 1.0  # 4.65
+    assert value("ch7_live_accuracy") <= value("ch7_lora4_accuracy")  # 0.033 against 0.210
+    assert value("ch7_live_base_loss") > value("ch7_base_loss_before") + 0.5  # 3.21
 
 
 def test_the_distilled_student_beats_the_same_student_on_data_alone(built_book: Path) -> None:
