@@ -22,8 +22,6 @@ its last number (:func:`extract_answer`).
 
 from __future__ import annotations
 
-import json
-import lzma
 import random
 import re
 from dataclasses import asdict, dataclass
@@ -241,8 +239,5 @@ def run(config: ArithmeticConfig, device: torch.device | str = "cpu",
 
 def load_results(name: str = "short") -> dict:
     """The shipped results of ``scripts/train_chain_of_thought.py --config name``."""
-    path = results_path(name)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run scripts/train_chain_of_thought.py "
-                                f"--config {name}")
-    return json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+    return finetune.load_json_xz(results_path(name),
+                                 f"scripts/train_chain_of_thought.py --config {name}")

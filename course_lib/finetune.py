@@ -378,13 +378,18 @@ def save_json_xz(data: Any, path: Path) -> None:
     path.write_bytes(lzma.compress((json.dumps(data, indent=1) + "\n").encode("utf-8")))
 
 
-def load_runs(path: Path = RUNS_PATH) -> dict[str, Any]:
-    """The shipped results of ``scripts/finetune_runs.py`` (one entry per method)."""
+def load_json_xz(path: Path, made_by: str) -> Any:
+    """Read what :func:`save_json_xz` wrote; a missing file names the command ``made_by``."""
     import json
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run scripts/finetune_runs.py")
+        raise FileNotFoundError(f"{path} not found; run {made_by}")
     return json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+
+
+def load_runs(path: Path = RUNS_PATH) -> dict[str, Any]:
+    """The shipped results of ``scripts/finetune_runs.py`` (one entry per method)."""
+    return load_json_xz(path, "scripts/finetune_runs.py")
 
 
 def measure_costs(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig = FINETUNE_CONFIG,

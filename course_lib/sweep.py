@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from course_lib import counting
 from course_lib.corpus import char_vocabulary, load_shakespeare
 from course_lib.gpt import GPT, GPTConfig
 
@@ -86,7 +87,7 @@ def non_embedding_params(n_embd: int, n_layer: int) -> int:
         >>> non_embedding_params(64, 2)
         100096
     """
-    return n_layer * (12 * n_embd * n_embd + 13 * n_embd) + 2 * n_embd
+    return counting.gpt_param_parts(n_embd, n_layer, vocab_size=1, n_ctx=0)["non_embedding"]
 
 
 def learning_rate(n_embd: int) -> float:
