@@ -1,6 +1,6 @@
 r"""Chain of thought as extra computation: multi-step arithmetic with and without written-out steps.
 
-Taught in chapter 7 (from a base model to an assistant), section 5. The seed's apples ("Paul
+Taught in chapter 8 (from a base model to an assistant), section 5. The seed's apples ("Paul
 has 7 apples, gets 3, gives away 2, gets 5: how many does he have?") as a string a small
 Transformer reads one character at a time: the start (two digits), then :math:`k` signed
 single-digit changes, then ``=``:

@@ -1,6 +1,6 @@
 r"""Knowledge distillation (Hinton et al., 2015): a student learns from a teacher's soft targets.
 
-Taught in chapter 7 (from a base model to an assistant), section 3. The teacher's distribution
+Taught in chapter 8 (from a base model to an assistant), section 3. The teacher's distribution
 over the next token says more than the one observed token: which wrong answers are nearly right.
 The student matches it at a temperature :math:`T` that softens both distributions,
 

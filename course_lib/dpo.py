@@ -1,6 +1,6 @@
 r"""Direct preference optimisation (Rafailov et al., 2023) from scratch, on a checkable preference.
 
-Taught in chapter 7 (from a base model to an assistant), section 4. Given a prompt :math:`x` and
+Taught in chapter 8 (from a base model to an assistant), section 4. Given a prompt :math:`x` and
 two completions, the preferred :math:`y_w` and the other :math:`y_l`, DPO raises the policy's
 log-probability of :math:`y_w` relative to a frozen reference model and lowers that of
 :math:`y_l`:

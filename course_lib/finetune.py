@@ -1,6 +1,6 @@
 r"""Supervised fine-tuning: the shipped base GPT, an instruction task, the answer-only loss.
 
-Taught in chapter 7 (from a base model to an assistant), section 1. A *base model* has learnt
+Taught in chapter 8 (from a base model to an assistant), section 1. A *base model* has learnt
 to continue text; supervised fine-tuning (SFT) trains it further on prompt/answer pairs with a
 loss only on the answer's tokens (:func:`answer_only_loss`): the prompt is given, never predicted.
 

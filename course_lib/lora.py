@@ -1,6 +1,6 @@
 r"""LoRA, low-rank adaptation (Hu et al., 2021), from scratch: adapters, merging, what they cost.
 
-Taught in chapter 7 (from a base model to an assistant), section 2. A frozen linear map
+Taught in chapter 8 (from a base model to an assistant), section 2. A frozen linear map
 :math:`W_0 \in \mathbb R^{d_{out} \times d_{in}}` gets a trainable low-rank update
 
 .. math:: y = x W_0^\top + b + \frac{\alpha}{r}\, (x A^\top) B^\top, \qquad

@@ -11,7 +11,7 @@ figure reads on a greyscale print and for the common colour-vision deficiencies:
 the Okabe-Ito palette (Okabe and Ito, 2008, "Color Universal Design"), designed to stay distinct
 under protanopia, deuteranopia and tritanopia; heatmaps use viridis, whose lightness rises
 monotonically. :func:`series_style` gives the ``i``-th series its colour, line style and marker;
-:func:`use_course_style` makes them pyplot's defaults too (chapters 5 and 7, which draw with
+:func:`use_course_style` makes them pyplot's defaults too (chapters 5 and 8, which draw with
 their own ``ax.plot`` and ``ax.bar`` calls, call it in their imports cell, so those follow the
 same cycle).
 

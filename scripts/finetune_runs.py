@@ -1,4 +1,4 @@
-"""Chapter 7, section 2: full fine-tuning against LoRA at several ranks; ships the results.
+"""Chapter 8, section 2: full fine-tuning against LoRA at several ranks; ships the results.
 
 Fine-tunes the shipped base model (``course_lib/data/base_gpt.pt.xz``) on the instruction task of
 :mod:`course_lib.finetune` with :data:`course_lib.finetune.FINETUNE_CONFIG`: the same questions,

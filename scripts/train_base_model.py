@@ -1,4 +1,4 @@
-"""Train chapter 7's base model and ship it: ``course_lib/data/base_gpt.pt.xz`` (float16, xz).
+"""Train chapter 8's base model and ship it: ``course_lib/data/base_gpt.pt.xz`` (float16, xz).
 
 Chapter 4's character-level GPT (2 layers, 4 heads, width 64, 83 characters) with a context of
 128 characters, trained on the whole training split of the shipped Shakespeare corpus with

@@ -1,4 +1,4 @@
-"""Train chapter 7's chain-of-thought experiment and ship its results (not a test).
+"""Train chapter 8's chain-of-thought experiment and ship its results (not a test).
 
 Two small GPTs from scratch on multi-step arithmetic (:mod:`course_lib.arithmetic`), one with
 answer-only targets and one with every intermediate count written out, with

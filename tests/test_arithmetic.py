@@ -11,7 +11,7 @@ import torch
 
 from course_lib import arithmetic
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
 
 def test_problems_stay_in_range_and_targets_follow_the_counts() -> None:

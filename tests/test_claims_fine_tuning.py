@@ -1,4 +1,4 @@
-"""Chapter 7's measured sentences, asserted from the executed book's glued values.
+"""Chapter 8's measured sentences, asserted from the executed book's glued values.
 
 Each test names the sentence it guards. Thresholds leave a margin that another seed or a busier
 machine still meets (values measured in full mode at the time of writing, seed 0, on a shared
@@ -17,9 +17,9 @@ import pytest
 
 from tests.conftest import glued_float
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book"), pytest.mark.ch07]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book"), pytest.mark.ch08]
 
-SLUG = "07-fine-tuning"
+SLUG = "08-fine-tuning"
 
 
 def value(name: str) -> float:
@@ -29,23 +29,23 @@ def value(name: str) -> float:
 def test_the_base_model(built_book: Path) -> None:
     """Section 1: "a validation loss of X nats per character on four plays it never saw"; the
     GPT has N parameters."""
-    assert value("ch7_base_params") == 113_600
-    assert 1.70 < value("ch7_base_val_loss") < 1.73  # 1.717, the shipped weights
-    assert value("ch7_base_loss_before") == pytest.approx(value("ch7_base_val_loss"), abs=1e-6)
+    assert value("ch8_base_params") == 113_600
+    assert 1.70 < value("ch8_base_val_loss") < 1.73  # 1.717, the shipped weights
+    assert value("ch8_base_loss_before") == pytest.approx(value("ch8_base_val_loss"), abs=1e-6)
 
 
 def test_lora_trains_a_small_share_merges_exactly_and_saves_little_time(built_book: Path) -> None:
     """Section 2: "rank 4 trains X parameters, Y% of the Z ...; Adam's state shrinks from A KiB
     to B KiB"; "a step of LoRA at rank 4 takes R times the CPU time of a step of full
     fine-tuning"; merging is exact (largest difference D in float64)."""
-    assert value("ch7_full_trainable") == 113_600
-    assert value("ch7_lora4_trainable") == 8_192  # 2 blocks x 4 x (256 + 128 + 320 + 320)
-    assert value("ch7_lora4_share") == pytest.approx(8_192 / 113_600)
-    assert value("ch7_full_adam_kib") == pytest.approx(113_600 * 8 / 1024)
-    assert value("ch7_lora4_adam_kib") == 64
+    assert value("ch8_full_trainable") == 113_600
+    assert value("ch8_lora4_trainable") == 8_192  # 2 blocks x 4 x (256 + 128 + 320 + 320)
+    assert value("ch8_lora4_share") == pytest.approx(8_192 / 113_600)
+    assert value("ch8_full_adam_kib") == pytest.approx(113_600 * 8 / 1024)
+    assert value("ch8_lora4_adam_kib") == 64
     # 0.89 to 1.40 in five runs on the busy machine: "does not save time" allows noise around 1.
-    assert 0.6 < value("ch7_lora4_time_ratio") < 3.0
-    assert value("ch7_merge_diff") < 1e-10  # 4e-14
+    assert 0.6 < value("ch8_lora4_time_ratio") < 3.0
+    assert value("ch8_merge_diff") < 1e-10  # 4e-14
 
 
 def test_full_fine_tuning_learns_most_and_everything_forgets(built_book: Path) -> None:
@@ -56,16 +56,16 @@ def test_full_fine_tuning_learns_most_and_everything_forgets(built_book: Path) -
     rank, the more the model learnt and the more it forgot"; full fine-tuning "learnt the most
     and forgot less than LoRA at rank 16". Values from fine_tuning_runs.json.xz (full 3e-4, LoRA
     alpha = r at 3e-3)."""
-    full = value("ch7_full_accuracy")  # 0.667
-    loras = {r: value(f"ch7_lora{r}_accuracy") for r in (1, 4, 16)}  # 0.110, 0.210, 0.373
+    full = value("ch8_full_accuracy")  # 0.667
+    loras = {r: value(f"ch8_lora{r}_accuracy") for r in (1, 4, 16)}  # 0.110, 0.210, 0.373
     assert 0.45 < full < 0.9 and all(0.0 < a < full - 0.1 for a in loras.values())
     assert loras[1] < loras[4] < loras[16]
-    final = {r: value(f"ch7_lora{r}_final_loss") for r in (1, 4, 16)}  # 1.17, 1.08, 0.97
-    assert value("ch7_full_final_loss") < min(final.values()) - 0.2  # 0.50
+    final = {r: value(f"ch8_lora{r}_final_loss") for r in (1, 4, 16)}  # 1.17, 1.08, 0.97
+    assert value("ch8_full_final_loss") < min(final.values()) - 0.2  # 0.50
     assert final[1] > final[4] > final[16]
-    before = value("ch7_base_loss_before")  # 1.717
-    losses = {r: value(f"ch7_lora{r}_base_loss") for r in (1, 4, 16)}  # 2.77, 3.41, 5.06
-    full_loss = value("ch7_full_base_loss")  # 4.12
+    before = value("ch8_base_loss_before")  # 1.717
+    losses = {r: value(f"ch8_lora{r}_base_loss") for r in (1, 4, 16)}  # 2.77, 3.41, 5.06
+    full_loss = value("ch8_full_base_loss")  # 4.12
     assert all(loss > before + 0.5 for loss in [full_loss, *losses.values()])
     assert losses[16] > math.log(83)  # the uniform guess, 4.42
     assert losses[1] < losses[4] < losses[16]
@@ -75,31 +75,31 @@ def test_full_fine_tuning_learns_most_and_everything_forgets(built_book: Path) -
 def test_the_live_lora_rerun_goes_the_same_way(built_book: Path) -> None:
     """Section 2: "After N steps the rerun answers X% of the test questions, with a base-task
     loss of Y: the same direction as the longer run, earlier on the way"."""
-    assert value("ch7_live_steps") == 150
-    assert value("ch7_live_accuracy") <= value("ch7_lora4_accuracy")  # 0.033 against 0.210
-    assert value("ch7_live_base_loss") > value("ch7_base_loss_before") + 0.5  # 3.21
+    assert value("ch8_live_steps") == 150
+    assert value("ch8_live_accuracy") <= value("ch8_lora4_accuracy")  # 0.033 against 0.210
+    assert value("ch8_live_base_loss") > value("ch8_base_loss_before") + 0.5  # 3.21
 
 
 def test_the_distilled_student_beats_the_same_student_on_data_alone(built_book: Path) -> None:
     """Section 3: "reaches X when distilled and Y on the data alone: a gap of G nats per
     character in the distilled student's favour"; "stays above its teacher's T"."""
-    assert value("ch7_student_params") == 57_472
-    assert value("ch7_kd_steps") == 250
-    data, kd = value("ch7_student_data_loss"), value("ch7_student_kd_loss")  # 2.509, 2.394
+    assert value("ch8_student_params") == 57_472
+    assert value("ch8_kd_steps") == 250
+    data, kd = value("ch8_student_data_loss"), value("ch8_student_kd_loss")  # 2.509, 2.394
     assert 2.2 < kd < data < 2.9
-    assert value("ch7_kd_gap") == pytest.approx(data - kd) and value("ch7_kd_gap") > 0.03  # 0.115
-    assert value("ch7_teacher_loss") < kd - 0.3  # 1.695
+    assert value("ch8_kd_gap") == pytest.approx(data - kd) and value("ch8_kd_gap") > 0.03  # 0.115
+    assert value("ch8_teacher_loss") < kd - 0.3  # 1.695
 
 
 def test_dpo_raises_the_preferred_property_at_a_measured_kl(built_book: Path) -> None:
     """Section 4: "From N pairs, DPO raises the share of completions without an e on unseen
     prompts from X to Y, at a KL divergence of K nats per completion (0 for the reference)"."""
-    assert 100 < value("ch7_dpo_pairs") < 400  # 228
-    before, after = value("ch7_dpo_rate_before"), value("ch7_dpo_rate_after")  # 0.30, 0.76
+    assert 100 < value("ch8_dpo_pairs") < 400  # 228
+    before, after = value("ch8_dpo_rate_before"), value("ch8_dpo_rate_after")  # 0.30, 0.76
     assert 0.15 < before < 0.45 and after > before + 0.2
-    assert 0.3 < value("ch7_dpo_kl") < 10  # 2.9
-    assert abs(value("ch7_dpo_kl_reference")) < 1e-6
-    assert value("ch7_dpo_final_loss") < math.log(2) / 2  # 0.045
+    assert 0.3 < value("ch8_dpo_kl") < 10  # 2.9
+    assert abs(value("ch8_dpo_kl_reference")) < 1e-6
+    assert value("ch8_dpo_final_loss") < math.log(2) / 2  # 0.045
 
 
 def test_chain_of_thought_helps_within_the_training_range_only(built_book: Path) -> None:
@@ -107,15 +107,15 @@ def test_chain_of_thought_helps_within_the_training_range_only(built_book: Path)
     C; "beyond the training range both fail" at k = 8; trained on up to 8 steps, the chain is
     right L1 at k = 1 but L8 at k = 8, below the answer-only model's A8; per step p; the final
     training losses."""
-    assert value("ch7_short_ao_k1") > 0.9 and value("ch7_short_cot_k1") > 0.95  # 0.98, 1.0
-    assert value("ch7_short_cot_k4") > value("ch7_short_ao_k4") + 0.05  # 0.99 against 0.888
-    assert value("ch7_short_ao_k8") < 0.05 and value("ch7_short_cot_k8") < 0.05  # 0.006, 0.008
-    assert value("ch7_long_cot_k1") > 0.95  # 1.0
-    assert value("ch7_long_cot_k8") < value("ch7_long_ao_k8") - 0.2  # 0.124 against 0.574
-    assert value("ch7_long_cot_per_step") == pytest.approx(value("ch7_long_cot_k8") ** (1 / 8))
-    assert value("ch7_long_cot_loss") > 5 * value("ch7_short_cot_loss")  # 0.125 against 0.006
+    assert value("ch8_short_ao_k1") > 0.9 and value("ch8_short_cot_k1") > 0.95  # 0.98, 1.0
+    assert value("ch8_short_cot_k4") > value("ch8_short_ao_k4") + 0.05  # 0.99 against 0.888
+    assert value("ch8_short_ao_k8") < 0.05 and value("ch8_short_cot_k8") < 0.05  # 0.006, 0.008
+    assert value("ch8_long_cot_k1") > 0.95  # 1.0
+    assert value("ch8_long_cot_k8") < value("ch8_long_ao_k8") - 0.2  # 0.124 against 0.574
+    assert value("ch8_long_cot_per_step") == pytest.approx(value("ch8_long_cot_k8") ** (1 / 8))
+    assert value("ch8_long_cot_loss") > 5 * value("ch8_short_cot_loss")  # 0.125 against 0.006
 
 
 def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:
     """Title: "about 30 seconds on a 2-core CPU" (19 to 23 s measured; the budget is 60)."""
-    assert value("ch7_seconds") < 60
+    assert value("ch8_seconds") < 60

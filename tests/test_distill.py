@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from course_lib import distill, gpt, training
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
 
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0, 5.0])

@@ -9,7 +9,7 @@ import torch
 
 from course_lib import dpo, gpt
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
 
 def test_dpo_loss_equals_its_definition_from_log_probabilities() -> None:

@@ -1,4 +1,4 @@
-"""Chapter 7's graded exercises: the instructor's solutions pass, the references agree with
+"""Chapter 8's graded exercises: the instructor's solutions pass, the references agree with
 independent peers, the slips fail with their own messages, and calling course_lib fails."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from course_lib import arithmetic, distill, dpo, finetune, grading, lora
 from course_lib.exercises import fine_tuning as ex7
 from tests.conftest import solution
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
-SLUG = "07-fine-tuning"
+SLUG = "08-fine-tuning"
 NAMES = ["answer_only_loss", "lora_forward", "merge_lora", "distillation_loss", "dpo_loss",
          "extract_answer"]
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from course_lib import corpus, finetune, gpt
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
 
 def test_the_shipped_base_model_is_the_scripts_recipe_and_has_its_stated_loss() -> None:

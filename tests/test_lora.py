@@ -8,7 +8,7 @@ from torch import nn
 
 from course_lib import gpt, lora
 
-pytestmark = pytest.mark.ch07
+pytestmark = pytest.mark.ch08
 
 
 class _Tiny(nn.Module):

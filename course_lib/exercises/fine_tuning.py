@@ -1,4 +1,4 @@
-"""Graded exercises of chapter 7, "From a base model to an assistant": references, cases, slips.
+"""Graded exercises of chapter 8, "From a base model to an assistant": references, cases, slips.
 
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
 solution that calls course_lib's implementation of any exercise of this chapter: LoRA's forward
