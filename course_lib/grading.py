@@ -13,16 +13,23 @@ mode (environment variable ``COURSE_GRADING_MODE``):
   reference output in the same kernel and raises ``AssertionError`` with a message that says what
   is wrong (shape, dtype, largest error and where, NaN, a non-tensor result) without printing the
   hidden inputs.
-* ``record`` (the instructor's hardened ``python -m autograder grade``): only records the student's
-  outputs as plain arrays (``.npz`` files, never pickles) under ``COURSE_GRADING_RECORD_DIR``. A
-  trusted process that runs no student code rebuilds the same inputs, computes the reference and
-  compares with :func:`compare_plain`, so patching assertions inside the student's kernel changes
-  nothing.
+* ``record`` (the instructor's hardened ``python -m autograder grade``): the trusted process builds
+  every hidden case's inputs (with the grading run's secret mixed into every seed, see
+  :mod:`course_lib.exercises._common`) and writes them with :func:`write_case_inputs` into a
+  read-only folder of the sandbox (``COURSE_GRADING_INPUT_DIR``); ``check`` runs the student's
+  function on them and only records its outputs as plain arrays (``.npz`` files, never pickles)
+  under ``COURSE_GRADING_RECORD_DIR``. The trusted process, which runs no student code, computes
+  the reference on the same inputs and compares with :func:`compare_plain`, so patching
+  assertions inside the student's kernel changes nothing. The sandbox holds no exercise module:
+  no reference, slip, diagnosis or case builder is there to call.
 
 The reference guard: while the student's function runs, a profiler hook watches every Python call.
-Calling course_lib's implementation of *any* exercise of the same chapter (directly, through an
-alias, a ``functools.partial`` or a course_lib class that uses it) fails the case with
-:class:`ReferenceCallError`. Exercises say so in their statement.
+Calling course_lib's implementation of *any* exercise of *any* chapter, or a course_lib function
+listed as computing its answer (``Exercise.forbidden``), directly, through an alias, a
+``functools.partial`` or a course_lib class that uses it, fails the case with
+:class:`ReferenceCallError`, unless the exercise's statement allows it (``Exercise.allowed``).
+Exercises say so in their statement. In the grading sandbox the same objects have no body at all
+(``autograder/strip.py``).
 
 Visible tests run inside :func:`visible_tests`, so that "Run All" on a blank release runs the whole
 chapter: an exercise whose solution cell still holds nbgrader's stub is reported as not attempted
@@ -36,6 +43,7 @@ student gets when their output equals its output.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import json
@@ -50,9 +58,15 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 MODE_ENV = "COURSE_GRADING_MODE"
 RECORD_DIR_ENV = "COURSE_GRADING_RECORD_DIR"
+#: Record mode: the folder of the hidden cases' inputs, written by the trusted process.
+INPUT_DIR_ENV = "COURSE_GRADING_INPUT_DIR"
+#: The modules an ``Exercise.call`` adapter may live in: the only exercise code in the sandbox.
+CALL_MODULES = ("course_lib.grading", "course_lib.exercises._calls")
 #: Set by stock nbgrader while it autogrades (``nbgrader autograde``): visible tests then fail on a
 #: blank exercise instead of reporting it as not attempted.
 NBGRADER_ENV = "NBGRADER_EXECUTION"
@@ -137,7 +151,18 @@ class Exercise:
             wrong implementation ("row 2 does not sum to one", "masked key 4 got weight 0.3").
             It receives plain values (see :func:`to_plain`) and must not reveal the inputs.
         call: optional ``(fn, inputs) -> output`` to call the function some other way than
-            ``fn(**inputs)`` (e.g. a step function wrapped around a small model).
+            ``fn(**inputs)`` (e.g. a step function wrapped around a small model). It runs in the
+            grading sandbox, so it lives in one of :data:`CALL_MODULES`, only calls the
+            function and converts its output, and never computes a verdict.
+        postprocess: optional ``(inputs, plain output) -> plain value`` applied, on the trusted
+            side, to the student's output and to the reference's before they are compared (e.g.
+            a random function's draws turned into verdicts on their statistics).
+        largest_tensor: optional ``inputs -> n``: the most elements any tensor newly allocated
+            by a torch operation may have while the student's function runs (views and
+            in-place results do not count). It grades an algorithm's memory ("without building
+            the T x T matrix"); :class:`AllocationMeter` measures it.
+        allowed: course_lib callables the statement allows, although another exercise (of any
+            chapter) forbids them.
     """
 
     id: str
@@ -147,6 +172,9 @@ class Exercise:
     forbidden: tuple[Callable[..., Any], ...] = ()
     diagnose: Callable[[Mapping[str, Any], Any, Any], str | None] | None = None
     call: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None
+    postprocess: Callable[[Mapping[str, Any], Any], Any] | None = None
+    largest_tensor: Callable[[Mapping[str, Any]], int] | None = None
+    allowed: tuple[Callable[..., Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -240,13 +268,44 @@ def code_objects(obj: Any) -> Iterable[Any]:
         yield from code_objects(type(obj))
 
 
-def forbidden_code_objects(chapter: str) -> dict[Any, str]:
-    """Code objects of every exercise reference of ``chapter``, mapped to the exercise name."""
+def exercise_chapters() -> list[str]:
+    """Every chapter with an exercise module (``course_lib/exercises/<chapter>.py``), sorted.
+
+    Example:
+        >>> "seq2seq" in exercise_chapters()
+        True
+    """
+    folder = Path(__file__).with_name("exercises")
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def answer_objects(chapters: Iterable[str] | None = None) -> list[tuple[Any, str]]:
+    """``(object, exercise id)`` for every reference and forbidden object of ``chapters``.
+
+    These are the course_lib objects that compute an exercise's answer: the guard fails a case
+    that calls one, and the grading sandbox holds none of their bodies. ``chapters`` defaults to
+    every chapter (:func:`exercise_chapters`).
+    """
+    out: list[tuple[Any, str]] = []
+    for chapter in exercise_chapters() if chapters is None else chapters:
+        for ex in chapter_exercises(chapter).values():
+            out += [(obj, ex.id) for obj in (ex.reference, *ex.forbidden)]
+    return out
+
+
+def forbidden_code_objects(chapter: str, exercise: Exercise | None = None) -> dict[Any, str]:
+    """Code objects that compute an exercise's answer, mapped to that exercise's id.
+
+    Every chapter's references and forbidden objects, this chapter's first (so a message names
+    this chapter's exercise where two share an object), less what ``exercise`` allows.
+    """
+    allowed = {code for obj in (exercise.allowed if exercise else ()) for code in code_objects(obj)}
+    order = [chapter] + [c for c in exercise_chapters() if c != chapter]
     codes: dict[Any, str] = {}
-    for ex in chapter_exercises(chapter).values():
-        for obj in (ex.reference, *ex.forbidden):
-            for code in code_objects(obj):
-                codes.setdefault(code, ex.id)
+    for obj, exercise_id in answer_objects(order):
+        for code in code_objects(obj):
+            if code not in allowed:
+                codes.setdefault(code, exercise_id)
     return codes
 
 
@@ -459,14 +518,19 @@ def record_path(root: Path, exercise_id: str, case_index: int) -> Path:
 
 
 def save_record(path: Path, *, output: Any = None, error: str | None = None,
-                reference_called: str | None = None) -> None:
-    """Write one case's outcome: the plain output, or the error a student's code raised."""
+                reference_called: str | None = None, largest: int | None = None) -> None:
+    """Write one case's outcome: the plain output, or the error a student's code raised.
+
+    ``largest`` is the measured largest allocation (:class:`AllocationMeter`), when measured.
+    """
     arrays: dict[str, np.ndarray] = {}
-    meta = {
+    meta: dict[str, Any] = {
         "error": error,
         "reference_called": reference_called,
         "output": None if error else _flatten(output, arrays),
     }
+    if largest is not None:
+        meta["largest"] = int(largest)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, __meta__=np.array(json.dumps(meta)), **arrays)
 
@@ -550,33 +614,106 @@ class CaseResult:
     reference_called: str | None = None
 
 
-def run_student(ex: Exercise, fn: Callable[..., Any], case: Case,
-                forbidden: Mapping[Any, str]) -> tuple[Any, str | None, str | None]:
-    """Run the student's function on one case: ``(plain output, error message, reference hit)``."""
-    inputs = case.inputs()
+class AllocationMeter(TorchDispatchMode):
+    """The largest tensor (in elements) that any torch operation allocates while it is active.
+
+    Views (``k.T``, ``expand``) and in-place results share an input's storage and do not count;
+    a new tensor does, whatever made it (``q @ k.T``, ``torch.zeros(T, T)``, ``softmax``).
+
+    Example:
+        >>> q = torch.ones(6, 2)
+        >>> with AllocationMeter() as meter:
+        ...     _ = (q @ q.T).sum()
+        >>> meter.largest
+        36
+        >>> with AllocationMeter() as meter:
+        ...     _ = q.T.expand(3, 2, 6)
+        >>> meter.largest
+        0
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        given = {_storage_ptr(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and _storage_ptr(t) not in given:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _storage_ptr(t: torch.Tensor) -> int | None:
     try:
-        raw, hit = run_guarded(lambda: ex.run(fn, inputs), forbidden)
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # sparse or other storage-less layouts
+        return None
+
+
+def _invoke(call: Callable[..., Any] | None, fn: Callable[..., Any],
+            inputs: dict[str, Any]) -> Any:
+    return call(fn, inputs) if call is not None else fn(**inputs)
+
+
+def run_student(ex: Exercise | None, fn: Callable[..., Any], case: Case | None,
+                forbidden: Mapping[Any, str], *, inputs: dict[str, Any] | None = None,
+                call: Callable[..., Any] | None = None,
+                measure: bool | None = None) -> tuple[Any, str | None, str | None, int | None]:
+    """Run the student's function on one case.
+
+    Returns ``(plain output, error message, reference hit, largest allocation)``; the last is
+    ``None`` unless measured (``measure``, by default when the exercise bounds it).
+    """
+    if inputs is None:
+        assert case is not None
+        inputs = case.inputs()
+    if ex is not None:
+        call = ex.call
+        measure = ex.largest_tensor is not None if measure is None else measure
+    meter = AllocationMeter() if measure else None
+
+    def go() -> Any:
+        if meter is None:
+            return _invoke(call, fn, inputs)
+        with meter:
+            return _invoke(call, fn, inputs)
+
+    largest = None
+    try:
+        raw, hit = run_guarded(go, forbidden)
     except Exception as err:  # the student's code raised: that is this case's verdict
-        return None, f"your function raised {type(err).__name__}: {err}", None
+        return None, f"your function raised {type(err).__name__}: {err}", None, None
+    finally:
+        largest = None if meter is None else meter.largest
     if hit is not None:
-        return None, None, hit
+        return None, None, hit, largest
     try:
-        return to_plain(raw), None, None
+        return to_plain(raw), None, None, largest
     except AssertionError as err:
-        return None, str(err), None
+        return None, str(err), None, largest
 
 
-def reference_output(ex: Exercise, case: Case) -> Any:
+def _post(ex: Exercise, inputs: Mapping[str, Any], plain: Any) -> Any:
+    return plain if ex.postprocess is None else to_plain(ex.postprocess(inputs, plain))
+
+
+def reference_output(ex: Exercise, case: Case, inputs: dict[str, Any] | None = None) -> Any:
     """course_lib's answer to one case, as plain values (the trusted judge caches it)."""
-    return to_plain(ex.run(ex.reference, case.inputs()))
+    inputs = case.inputs() if inputs is None else inputs
+    return _post(ex, inputs, to_plain(ex.run(ex.reference, copy.deepcopy(inputs))))
 
 
-def explain(ex: Exercise, case: Case, got: Any, expected: Any) -> str | None:
+def explain(ex: Exercise, case: Case, got: Any, expected: Any,
+            inputs: dict[str, Any] | None = None) -> str | None:
     """The exercise's own words for a mismatch: the first slip the output equals, or diagnose."""
-    inputs = case.inputs()
+    inputs = case.inputs() if inputs is None else inputs
     for slip in ex.slips:
         try:
-            slipped = to_plain(ex.run(slip.fn, inputs))
+            slipped = _post(ex, inputs, to_plain(ex.run(slip.fn, copy.deepcopy(inputs))))
         except Exception:  # noqa: BLE001 - a slip that does not apply to this case says nothing
             continue
         if compare_plain(got, slipped, case.rtol, case.atol) is None:
@@ -590,7 +727,8 @@ def explain(ex: Exercise, case: Case, got: Any, expected: Any) -> str | None:
 
 
 def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None,
-          expected: Any = None) -> str | None:
+          expected: Any = None, *, largest: int | None = None,
+          inputs: dict[str, Any] | None = None) -> str | None:
     """The verdict on one case: ``None`` when it passes, else the message a student reads.
 
     The one place that turns an outcome into words, in the kernel and in the trusted judge.
@@ -600,24 +738,39 @@ def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None
         error: what the student's code raised, if it raised.
         hit: the exercise whose reference the student's code called, if it did.
         expected: the reference's plain output when the caller has it cached; computed otherwise.
+        largest: the largest allocation measured while the student's function ran (exercises
+            with ``largest_tensor``).
+        inputs: the case's inputs when the caller has them (built from ``case`` otherwise).
     """
     if hit is not None:
         return REFERENCE_CALL_MESSAGE.format(name=repr(hit))
     if error is not None:
         if STRIPPED_MARKER in error:  # the grading sandbox's copy of course_lib
-            return REFERENCE_CALL_MESSAGE.format(name="a graded exercise of this chapter")
+            return REFERENCE_CALL_MESSAGE.format(name="a graded exercise")
         return error[:2000]
+    inputs = case.inputs() if inputs is None else inputs
     if expected is None:
-        expected = reference_output(ex, case)
+        expected = reference_output(ex, case, inputs)
+    try:
+        got = _post(ex, inputs, got)
+    except Exception as err:  # noqa: BLE001 - an output the check cannot read fails the case
+        return f"your output could not be checked ({type(err).__name__}: {err})"[:2000]
     msg = compare_plain(got, expected, case.rtol, case.atol)
     if msg and ex.cases is answer_case:
         # A question's comparison would print the right answer: say only why this one is wrong.
-        return explain(ex, case, got, expected) or "that is not the right answer"
+        return explain(ex, case, got, expected, inputs) or "that is not the right answer"
     if msg:
-        extra = explain(ex, case, got, expected)
-        if extra:
-            msg = f"{extra}\n    ({msg})"
-    return msg
+        extra = explain(ex, case, got, expected, inputs)
+        return f"{extra}\n    ({msg})" if extra else msg
+    if ex.largest_tensor is not None:
+        bound = int(ex.largest_tensor(inputs))
+        if largest is None:
+            return "the grader could not measure the memory your function used"
+        if largest > bound:
+            return (f"the output is right, but your function built a tensor of {largest:,} "
+                    f"elements where the statement allows at most {bound:,} at this size: "
+                    "it must not build anything as large as the full score matrix")
+    return None
 
 
 def is_reference_call(message: str | None) -> bool:
@@ -628,22 +781,105 @@ def is_reference_call(message: str | None) -> bool:
 def evaluate(exercise_id: str, fn: Callable[..., Any]) -> list[CaseResult]:
     """Run and judge every hidden case in this process (compare mode)."""
     ex = get_exercise(exercise_id)
-    forbidden = forbidden_code_objects(ex.chapter)
+    forbidden = forbidden_code_objects(ex.chapter, ex)
     results = []
     for k, case in enumerate(ex.cases()):
-        got, error, hit = run_student(ex, fn, case, forbidden)
-        results.append(CaseResult(k, case.name, judge(ex, case, got, error, hit), hit))
+        inputs = case.inputs()
+        got, error, hit, largest = run_student(ex, fn, case, forbidden,
+                                               inputs=copy.deepcopy(inputs))
+        results.append(CaseResult(k, case.name, judge(ex, case, got, error, hit, largest=largest,
+                                                      inputs=inputs), hit))
     return results
 
 
+# --------------------------------------------------------------------------------------------
+# Record mode: inputs from the trusted side, outputs back to it
+# --------------------------------------------------------------------------------------------
+
+
+def call_name(ex: Exercise) -> str | None:
+    """``"module:qualname"`` of the exercise's call adapter (``None`` without one).
+
+    Raises:
+        GradingError: when the adapter lives outside :data:`CALL_MODULES` (the sandbox would
+            not have it) or is not a module-level function.
+
+    Example:
+        >>> call_name(Exercise("toy.q", reference=lambda: "a", cases=answer_case, call=choice))
+        'course_lib.grading:choice'
+    """
+    if ex.call is None:
+        return None
+    module, qual = getattr(ex.call, "__module__", ""), getattr(ex.call, "__qualname__", "")
+    if module not in CALL_MODULES or not qual.isidentifier():
+        raise GradingError(f"{ex.id}: its call adapter {module}.{qual} must be a module-level "
+                           f"function of {' or '.join(CALL_MODULES)} (the grading sandbox holds "
+                           "no other exercise code)")
+    return f"{module}:{qual}"
+
+
+def resolve_call(name: str | None) -> Callable[..., Any] | None:
+    """The call adapter named by :func:`call_name`, imported from :data:`CALL_MODULES` only."""
+    if name is None:
+        return None
+    module, _, qual = str(name).partition(":")
+    if module not in CALL_MODULES or not qual.isidentifier():
+        raise GradingError(f"unknown call adapter {name!r}")
+    return getattr(importlib.import_module(module), qual)
+
+
+def case_inputs_path(folder: Path, exercise_id: str) -> Path:
+    return Path(folder) / f"{exercise_id}.pt"
+
+
+def write_case_inputs(ex: Exercise, folder: Path,
+                      inputs: Sequence[dict[str, Any]] | None = None) -> Path:
+    """Write an exercise's hidden inputs for the sandbox (trusted side, record mode).
+
+    Args:
+        ex: the exercise.
+        folder: the folder mounted read-only in the sandbox as ``$COURSE_GRADING_INPUT_DIR``.
+        inputs: the cases' inputs when the caller built them already (the judge compares with
+            the reference on these very values); built from ``ex.cases()`` otherwise.
+    """
+    values = [case.inputs() for case in ex.cases()] if inputs is None else list(inputs)
+    bundle = {"exercise": ex.id, "call": call_name(ex),
+              "measure": ex.largest_tensor is not None, "cases": values}
+    path = case_inputs_path(folder, ex.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(bundle, path)
+    return path
+
+
+def read_case_inputs(folder: Path, exercise_id: str) -> dict[str, Any]:
+    """The bundle :func:`write_case_inputs` wrote (sandbox side: the file comes from the grader)."""
+    path = case_inputs_path(folder, exercise_id)
+    if not path.is_file():
+        raise GradingError(f"the grader gave no inputs for {exercise_id} ({path} is missing)")
+    bundle = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(bundle, dict) or bundle.get("exercise") != exercise_id:
+        raise GradingError(f"{path} does not hold the inputs of {exercise_id}")
+    return bundle
+
+
 def record(exercise_id: str, fn: Callable[..., Any], root: Path) -> None:
-    """Run every hidden case and write the outcomes under ``root`` (record mode)."""
-    ex = get_exercise(exercise_id)
-    forbidden = forbidden_code_objects(ex.chapter)
-    for k, case in enumerate(ex.cases()):
-        got, error, hit = run_student(ex, fn, case, forbidden)
+    """Run every hidden case on the grader's inputs and write the outcomes under ``root``."""
+    folder = os.environ.get(INPUT_DIR_ENV)
+    if not folder:
+        raise GradingError(f"{MODE_ENV}=record needs {INPUT_DIR_ENV} (the grader's inputs)")
+    bundle = read_case_inputs(Path(folder), exercise_id)
+    call = resolve_call(bundle["call"])
+    try:  # the guard where the exercise modules exist; the sandbox has none (bodies stripped)
+        forbidden = forbidden_code_objects(exercise_id.split(".", 1)[0],
+                                           get_exercise(exercise_id))
+    except GradingError:
+        forbidden = {}
+    for k, inputs in enumerate(bundle["cases"]):
+        got, error, hit, largest = run_student(None, fn, None, forbidden,
+                                               inputs=copy.deepcopy(inputs), call=call,
+                                               measure=bool(bundle["measure"]))
         save_record(record_path(root, exercise_id, k), output=got, error=error,
-                    reference_called=hit)
+                    reference_called=hit, largest=largest)
 
 
 def format_failures(exercise_id: str, results: Sequence[CaseResult]) -> str | None:

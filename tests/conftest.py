@@ -40,6 +40,10 @@ PEER_FIXTURES = _peer_fixtures()
 # slower (a 3 s quick run of course_lib.copying took 100 s so in CI).
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Hidden cases mix a secret into their seeds (course_lib.exercises._common): one fixed secret for
+# the tests' own processes, so a failure can be reproduced; the hardened grader draws its own per
+# run, and tests/test_exercise_registries.py checks several secrets.
+os.environ.setdefault("COURSE_GRADING_SECRET", "course-tests")
 
 
 def chapter_slugs() -> list[str]:

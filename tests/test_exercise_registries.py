@@ -116,3 +116,76 @@ def test_every_exercise_with_tensors_has_slips() -> None:
     missing = [ex.id for ex in EXERCISES if ex.cases is not grading.answer_case and not ex.slips
                and ex.diagnose is None]
     assert not missing, f"no slips or diagnosis: {missing}"
+
+
+# The grading run's secret ----------------------------------------------------------------------
+
+OTHER_SECRETS = ["secret-a", "secret-b"]
+RANDOM_EXERCISES = [ex for ex in EXERCISES if ex.cases is not grading.answer_case]
+
+
+def _plain_inputs(ex: grading.Exercise) -> list[Any]:
+    out = []
+    for case in ex.cases():
+        values = {}
+        for name, value in case.inputs().items():
+            try:
+                values[name] = grading.to_plain(value)
+            except AssertionError:  # a dtype, a step function, a model: compare what it holds
+                held = getattr(value, "__dict__", None)
+                values[name] = repr(value) if held is None else grading.to_plain(
+                    [v for v in held.values() if isinstance(v, torch.Tensor)])
+        out.append(values)
+    return out
+
+
+@pytest.mark.parametrize("ex", RANDOM_EXERCISES, ids=lambda ex: ex.id)
+def test_hidden_inputs_depend_on_the_secret(ex: grading.Exercise,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under another grading run's secret some case of every exercise has other inputs, so a
+    table of course_lib's outputs computed in advance cannot pass the exercise."""
+    seen = []
+    for secret in OTHER_SECRETS:
+        monkeypatch.setenv("COURSE_GRADING_SECRET", secret)
+        seen.append(_plain_inputs(ex))
+    assert any(grading.compare_plain(a, b, 0.0, 0.0) for a, b in zip(*seen)), (
+        f"{ex.id}: every hidden case has the same inputs whatever the secret")
+
+
+@pytest.mark.parametrize("secret", OTHER_SECRETS)
+@pytest.mark.parametrize("ex", [ex for ex in RANDOM_EXERCISES if ex.slips], ids=lambda ex: ex.id)
+def test_every_slip_fails_under_other_secrets(ex: grading.Exercise, secret: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the secret, the reference passes and every slip differs from it on some case."""
+    monkeypatch.setenv("COURSE_GRADING_SECRET", secret)
+    cases = ex.cases()
+    expected = [grading.reference_output(ex, case) for case in cases]
+    for slip in ex.slips:
+        differs = False
+        for case, want in zip(cases, expected):
+            inputs = case.inputs()
+            try:
+                got = grading._post(ex, inputs, grading.to_plain(ex.run(slip.fn, inputs)))
+            except Exception:  # noqa: BLE001 - a slip that raises fails that case
+                differs = True
+                break
+            if grading.compare_plain(got, want, case.rtol, case.atol):
+                differs = True
+                break
+        assert differs, f"{ex.id}: under secret {secret!r} the slip {slip.message!r} passes"
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
+def test_inputs_travel_to_the_sandbox(ex: grading.Exercise, tmp_path) -> None:
+    """The trusted grader writes each exercise's inputs for the sandbox (its call adapter lives
+    in a module the sandbox has); read back, they give the reference's outputs again."""
+    cases = ex.cases()
+    grading.write_case_inputs(ex, tmp_path)
+    bundle = grading.read_case_inputs(tmp_path, ex.id)
+    assert len(bundle["cases"]) == len(cases)
+    call = grading.resolve_call(bundle["call"])
+    assert call is ex.call
+    for case, inputs in zip(cases, bundle["cases"]):
+        assert grading.compare_plain(grading._post(ex, inputs, grading.to_plain(
+            ex.run(ex.reference, inputs))), grading.reference_output(ex, case),
+            case.rtol, case.atol) is None

@@ -216,8 +216,12 @@ def test_float32_dtype_must_be_kept(toy_chapter) -> None:
 
 
 def test_record_mode_writes_outputs_and_never_raises(toy_chapter, tmp_path, monkeypatch) -> None:
+    inputs = tmp_path / "inputs"
+    for exercise_id in ("toychapter.double", "toychapter.rowsum"):
+        grading.write_case_inputs(grading.get_exercise(exercise_id), inputs)
     monkeypatch.setenv(grading.MODE_ENV, "record")
     monkeypatch.setenv(grading.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(grading.INPUT_DIR_ENV, str(inputs))
     grading.check("toychapter.double", lambda x: 3 * x)  # wrong, but recording does not judge
     grading.check("toychapter.rowsum", lambda x: _ref_rowsum(x))
     ex = grading.get_exercise("toychapter.double")
@@ -226,6 +230,34 @@ def test_record_mode_writes_outputs_and_never_raises(toy_chapter, tmp_path, monk
         assert grading.judge(ex, case, rec["output"], rec["error"], rec["reference_called"])
     rec = grading.load_record(grading.record_path(tmp_path, "toychapter.rowsum", 0))
     assert rec["reference_called"] == "toychapter.rowsum"
+
+
+def test_record_mode_needs_the_graders_inputs(toy_chapter, tmp_path, monkeypatch) -> None:
+    """In the sandbox the inputs come from the trusted grader: no folder, or no file, is an error
+    of the grading set-up, never a silent pass."""
+    monkeypatch.setenv(grading.MODE_ENV, "record")
+    monkeypatch.setenv(grading.RECORD_DIR_ENV, str(tmp_path))
+    with pytest.raises(grading.GradingError, match="COURSE_GRADING_INPUT_DIR"):
+        grading.check("toychapter.double", _ref_double)
+    monkeypatch.setenv(grading.INPUT_DIR_ENV, str(tmp_path / "none"))
+    with pytest.raises(grading.GradingError, match="gave no inputs for toychapter.double"):
+        grading.check("toychapter.double", _ref_double)
+
+
+def test_allocation_meter_grades_the_memory_of_an_algorithm(toy_chapter) -> None:
+    """``largest_tensor`` fails a right answer that builds a tensor above the bound."""
+    ex = Exercise(id="toychapter.double", reference=_ref_double, cases=_cases,
+                  largest_tensor=lambda inputs: inputs["x"].numel())
+    case = ex.cases()[0]
+    x = case.inputs()["x"]
+    big = lambda x: (x.reshape(-1, 1) * torch.ones(1, x.numel(), dtype=x.dtype)).diagonal()\
+        .reshape(x.shape) * 2  # noqa: E731 - right output through an n x n tensor
+    got, error, hit, largest = grading.run_student(ex, big, case, {})
+    assert error is None and largest == x.numel() ** 2
+    message = grading.judge(ex, case, got, error, hit, largest=largest)
+    assert message and f"at most {x.numel():,}" in message
+    got, error, hit, largest = grading.run_student(ex, lambda x: 2 * x, case, {})
+    assert largest == x.numel() and grading.judge(ex, case, got, error, hit, largest=largest) is None
 
 
 def test_unknown_exercises_are_named(toy_chapter) -> None:

@@ -1,15 +1,53 @@
 """Helpers shared by every chapter's exercise module: seeded inputs, masks, slips.
 
-Hidden cases are built on the CPU from seeded ``torch.Generator``s, so the trusted judge rebuilds
-exactly the inputs the student's function saw. Case builders use these helpers and torch alone,
-never an exercise's reference (the grading sandbox strips the references' bodies).
+Hidden cases are built on the CPU from seeded ``torch.Generator``s. Every seed is mixed with a
+secret (:func:`case_secret`): the instructor's grader draws a new one for each grading run and
+builds the inputs in its trusted process, which hands them to the sandbox, so nobody can know the
+hidden inputs in advance, and a table of course_lib's outputs computed beforehand matches nothing.
+Case builders use these helpers for all their randomness (never ``torch.manual_seed``, ``random``
+or NumPy's generators), so that the secret reaches every random value.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
 from typing import Any, Callable
 
 import torch
+
+#: The environment variable holding the secret mixed into every hidden case's seed. The hardened
+#: grader sets it in its trusted process only (never inside the sandbox); where it is not set,
+#: each process draws its own secret, so the hidden inputs of a stock-nbgrader kernel are fresh.
+SECRET_ENV = "COURSE_GRADING_SECRET"
+_PROCESS_SECRET: list[str] = []
+
+
+def case_secret() -> str:
+    """The secret of this process: ``$COURSE_GRADING_SECRET``, else one drawn once per process.
+
+    Example:
+        >>> case_secret() == case_secret()
+        True
+    """
+    value = os.environ.get(SECRET_ENV)
+    if value:
+        return value
+    if not _PROCESS_SECRET:
+        _PROCESS_SECRET.append(secrets.token_hex(16))
+    return _PROCESS_SECRET[0]
+
+
+def mix(seed: int) -> int:
+    """``seed`` mixed with :func:`case_secret`: a 63-bit seed nobody can predict without it.
+
+    Example:
+        >>> mix(3) == mix(3), mix(3) == mix(4)
+        (True, False)
+    """
+    digest = hashlib.sha256(f"{case_secret()}:{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 f32, f64 = torch.float32, torch.float64
 
@@ -18,14 +56,14 @@ Inputs = Callable[[], dict[str, Any]]
 
 
 def gen(seed: int) -> torch.Generator:
-    """A CPU generator seeded with ``seed``.
+    """A CPU generator seeded with ``seed`` mixed with the grading run's secret (:func:`mix`).
 
     Example:
         >>> torch.randint(10, (3,), generator=gen(0)).tolist() == \\
         ...     torch.randint(10, (3,), generator=gen(0)).tolist()
         True
     """
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(mix(seed))
 
 
 def randn(seed: int, *shape: int, dtype: torch.dtype = f32, scale: float = 1.0) -> torch.Tensor:
@@ -36,6 +74,18 @@ def randn(seed: int, *shape: int, dtype: torch.dtype = f32, scale: float = 1.0) 
         torch.float64
     """
     return scale * torch.randn(*shape, generator=gen(seed), dtype=dtype)
+
+
+def pick(seed: int, low: int, high: int) -> int:
+    """An integer in ``[low, high]`` drawn from seed ``seed``: a size that varies with the secret.
+
+    Example:
+        >>> 3 <= pick(0, 3, 5) <= 5
+        True
+    """
+    if high < low:
+        raise ValueError(f"pick: high {high} is below low {low}")
+    return low + int(torch.randint(high - low + 1, (1,), generator=gen(seed)).item())
 
 
 def lengths_mask(lengths: list[int], width: int) -> torch.Tensor:

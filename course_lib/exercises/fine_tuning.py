@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import arithmetic, distill, dpo, finetune, lora
-from course_lib.exercises._common import f32, f64, gen, lengths_mask, randn
+from course_lib.exercises._calls import extract_all
+from course_lib.exercises._common import f32, f64, gen, lengths_mask, pick, randn
 from course_lib.grading import Case, Exercise, Slip
 
 
@@ -318,11 +319,6 @@ _DPO_SLIPS = (
 # 6. extract_answer ------------------------------------------------------------------------------
 
 
-def _extract_all(fn: Callable[[str], Any], inputs: dict[str, Any]) -> list[Any]:
-    """``Exercise.call``: the student's function applied to each text of the case, in order."""
-    return [fn(text) for text in inputs["texts"]]
-
-
 def _extract_cases() -> list[Case]:
     return [
         Case("chains of thought", lambda: {"texts": ["10,08,13", "41,45,39,40", "03,00,07",
@@ -334,7 +330,20 @@ def _extract_cases() -> list[Case]:
         Case("no number at all", lambda: {"texts": ["", "no idea", ",,.", "=+-"]}),
         Case("text after the last number", lambda: {"texts": ["10,08,13.", "13. The end",
                                                               "answer: 21!"]}),
+        Case("chains drawn for this grading run", _drawn_chains),
     ]
+
+
+def _drawn_chains() -> dict[str, Any]:
+    """Chains of two-digit steps and sentences around numbers, drawn from the run's secret."""
+    texts = []
+    for k in range(6):
+        n = pick(660 + k, 1, 7)
+        values = torch.randint(0, 1000, (n,), generator=gen(670 + k)).tolist()
+        chain = ",".join(f"{v % 100:02d}" if k % 2 else str(v) for v in values)
+        texts.append(chain + ("." if k % 3 == 0 else "") if k < 4
+                     else f"we get {values[0]} and then {values[-1]} apples")
+    return {"texts": texts}
 
 
 def _extract_first(text):
@@ -388,5 +397,5 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_DPO_SLIPS),
     Exercise(id="fine_tuning.extract_answer", reference=arithmetic.extract_answer,
              cases=_extract_cases, slips=_EXTRACT_SLIPS, forbidden=(arithmetic.score_answers,),
-             call=_extract_all),
+             call=extract_all),
 ]}

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from course_lib import attention, bpe, gpt, sampling
+from course_lib.exercises._calls import pairs_as_rows
 from course_lib.exercises._common import Inputs, f32, f64, gen, randn
 from course_lib.grading import Case, Exercise, Slip
 
@@ -34,19 +35,6 @@ def _random_text(seed: int, n: int, alphabet: str) -> str:
 
 
 # 1. pair_counts --------------------------------------------------------------------------------
-
-
-def _pairs_as_rows(fn: Any, inputs: dict[str, Any]) -> list[list[int]]:
-    """``Exercise.call``: the student's dict as sorted ``[a, b, count]`` rows (plain data)."""
-    counts = fn(**inputs)
-    if not isinstance(counts, dict):
-        raise AssertionError(f"return a dict {{(a, b): count}}, got {type(counts).__name__}")
-    rows = []
-    for key, value in counts.items():
-        if not (isinstance(key, tuple) and len(key) == 2):
-            raise AssertionError(f"keys must be pairs (a, b) of ids, got the key {key!r}")
-        rows.append([int(key[0]), int(key[1]), int(value)])
-    return sorted(rows)
 
 
 def _pair_counts_cases() -> list[Case]:
@@ -548,7 +536,7 @@ _SAMPLING_FORBIDDEN = (sampling.apply_temperature, sampling.top_k_filter, sampli
 EXERCISES = {ex.id: ex for ex in [
     Exercise(id="language_models.pair_counts", reference=bpe.pair_counts,
              cases=_pair_counts_cases, slips=_PAIR_COUNTS_SLIPS,
-             call=_pairs_as_rows),
+             call=pairs_as_rows),
     Exercise(id="language_models.merge", reference=bpe.merge, cases=_merge_cases,
              slips=_MERGE_SLIPS),
     Exercise(id="language_models.bpe_encode", reference=bpe_encode, cases=_bpe_encode_cases,

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from course_lib import attention, grading, multihead, positional
-from course_lib.exercises._common import f32, f64, lengths_mask, lower_triangle, randn
+from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
+                                          randn)
 from course_lib.grading import Case, Exercise, Slip
 
 
@@ -84,7 +85,7 @@ def _sdpa_cases() -> list[Case]:
                 "value": randn(seed + 2, *batch, t_k, d_v, dtype=dtype)}
 
     def fully_masked_row() -> dict[str, Any]:
-        mask = torch.rand(2, 4, 5, generator=torch.Generator().manual_seed(41)) < 0.6
+        mask = torch.rand(2, 4, 5, generator=gen(41)) < 0.6
         mask[:, :, 0] = True
         mask[0, 2] = False  # query 2 of the first sequence may attend to nothing
         return {**qkv(40, (2,), 4, 5, 3, 2, f64), "mask": mask}
@@ -360,7 +361,9 @@ def _sinusoidal_cases() -> list[Case]:
              ("float64, 7 positions, d_model 32", 7, 32, f64, None)]
     return [Case(name, (lambda n=n, d=d, dt=dt: {"n_positions": n, "d_model": d, "dtype": dt}),
                  atol=atol)
-            for name, n, d, dt, atol in specs]
+            for name, n, d, dt, atol in specs] + [
+        Case("float64, a size drawn for this grading run", lambda: {
+            "n_positions": pick(301, 3, 60), "d_model": 2 * pick(302, 2, 20), "dtype": f64})]
 
 
 def _table(n_positions, d_model, exponent):
@@ -406,7 +409,9 @@ def _relative_cases() -> list[Case]:
              ("float64, negative shift, d_model 8", -3, 8, f64),
              ("float32, shift 12, d_model 32", 12, 32, f32)]
     return [Case(name, (lambda s=s, d=d, dt=dt: {"shift": s, "d_model": d, "dtype": dt}))
-            for name, s, d, dt in specs]
+            for name, s, d, dt in specs] + [
+        Case("float64, a shift and size drawn for this grading run", lambda: {
+            "shift": pick(401, -30, 30), "d_model": 2 * pick(402, 2, 12), "dtype": f64})]
 
 
 def _rotation(shift, d_model, dtype, upper, lower):

@@ -62,16 +62,34 @@ def _scorer(seed: int, positions: int, vocab: int, dtype: torch.dtype, eos_bias:
     return decoding.markov_step(logits)
 
 
+def _stop_step(inputs: dict[str, Any], row: int) -> int:
+    """The step at which greedy search emits ``eos_id`` in ``row`` (-1: never), torch only."""
+    tokens = inputs["prompt"][row:row + 1]
+    for t in range(inputs["max_new_tokens"]):
+        nxt = int(inputs["step"](tokens)[0].argmax())
+        if nxt == inputs["eos_id"]:
+            return t
+        tokens = torch.cat([tokens, torch.tensor([[nxt]])], dim=1)
+    return -1
+
+
 def _greedy_cases() -> list[Case]:
     def make(seed: int, B: int, t0: int, vocab: int, max_new: int, dtype: torch.dtype,
-             eos_bias: float = 0.0) -> dict[str, Any]:
-        prompt = torch.randint(1, vocab, (B, t0), generator=gen(seed + 100))
-        return {"step": _scorer(seed, 6, vocab, dtype, eos_bias), "prompt": prompt,
-                "max_new_tokens": max_new, "eos_id": 0}
+             eos_bias: float = 0.0, ragged: bool = False) -> dict[str, Any]:
+        # With ``ragged`` the first of a few seeds whose rows stop at different steps, whatever
+        # the grading run's secret.
+        for attempt in range(64):
+            s = seed + 1000 * attempt
+            prompt = torch.randint(1, vocab, (B, t0), generator=gen(s + 100))
+            inputs = {"step": _scorer(s, 6, vocab, dtype, eos_bias), "prompt": prompt,
+                      "max_new_tokens": max_new, "eos_id": 0}
+            if not ragged or len({_stop_step(inputs, b) for b in range(B)}) > 1:
+                return inputs
+        raise RuntimeError(f"no seed from {seed} gives rows that stop at different steps")
 
     return [
         Case("float32 scorer, batch of 4, rows end at different steps",
-             lambda: make(1, 4, 1, 5, 8, f32, eos_bias=0.5)),
+             lambda: make(1, 4, 1, 5, 8, f32, eos_bias=0.5, ragged=True)),
         Case("float64 scorer, batch size 1", lambda: make(2, 1, 1, 6, 7, f64, eos_bias=0.5)),
         Case("prompt of three tokens", lambda: make(3, 3, 3, 5, 5, f32, eos_bias=0.5)),
         Case("<eos> is rare: every row runs to max_new_tokens",
@@ -134,20 +152,29 @@ _GREEDY_SLIPS = (
 # 3. beam_search ------------------------------------------------------------------------------
 def _beam_cases() -> list[Case]:
     def make(seed: int, t0: int, vocab: int, k: int, max_new: int, dtype: torch.dtype,
-             eos_bias: float = 0.0) -> dict[str, Any]:
-        prompt = torch.randint(1, vocab, (1, t0), generator=gen(seed + 100))
-        return {"step": _scorer(seed, 6, vocab, dtype, eos_bias), "prompt": prompt,
-                "beam_width": k, "max_new_tokens": max_new, "eos_id": 0}
+             eos_bias: float = 0.0, beats_greedy: bool = False) -> dict[str, Any]:
+        # With ``beats_greedy`` the first of a few seeds whose beam differs from greedy search:
+        # whatever the grading run's secret, returning the greedy sequence fails this case.
+        for attempt in range(64):
+            s = seed + 1000 * attempt
+            prompt = torch.randint(1, vocab, (1, t0), generator=gen(s + 100))
+            inputs = {"step": _scorer(s, 6, vocab, dtype, eos_bias), "prompt": prompt,
+                      "beam_width": k, "max_new_tokens": max_new, "eos_id": 0}
+            if not beats_greedy or (_beam(**inputs)[0] != _beam(**{**inputs, "beam_width": 1})[0]):
+                return inputs
+        raise RuntimeError(f"no seed from {seed} gives a beam that differs from greedy search")
 
     return [
-        Case("float32 scorer, beam of 2", lambda: make(5, 1, 5, 2, 6, f32)),
-        Case("float64 scorer, beam of 3", lambda: make(18, 1, 6, 3, 6, f64, eos_bias=0.5)),
+        Case("float32 scorer, beam of 2", lambda: make(5, 1, 5, 2, 6, f32, beats_greedy=True)),
+        Case("float64 scorer, beam of 3", lambda: make(18, 1, 6, 3, 6, f64, eos_bias=0.5,
+                                                        beats_greedy=True)),
         Case("beam of 1 (greedy)", lambda: make(3, 1, 5, 1, 5, f32)),
-        Case("prompt of two tokens, beam of 4", lambda: make(2, 2, 5, 4, 5, f64)),
+        Case("prompt of two tokens, beam of 4", lambda: make(2, 2, 5, 4, 5, f64,
+                                                              beats_greedy=True)),
         Case("<eos> likely: finished hypotheses must stay in the beam",
-             lambda: make(12, 1, 4, 3, 7, f32, eos_bias=1.5)),
+             lambda: make(12, 1, 4, 3, 7, f32, eos_bias=1.5, beats_greedy=True)),
         Case("<eos> rare: hypotheses run to max_new_tokens",
-             lambda: make(2, 1, 4, 3, 4, f64, eos_bias=-20.0)),
+             lambda: make(2, 1, 4, 3, 4, f64, eos_bias=-20.0, beats_greedy=True)),
         Case("wide beam (exhaustive)", lambda: make(28, 1, 3, 27, 3, f64)),
     ]
 

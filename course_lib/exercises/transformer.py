@@ -10,8 +10,9 @@ Cases are built on the CPU with torch and ``_common``'s seeded helpers alone. Sl
 mistakes) are torch-only wrong implementations: they never call a reference.
 
 ``mask_tokens`` is random, so it is graded by its properties, not its draws:
-:func:`mask_tokens_properties` runs the student's function over many seeded draws and returns
-plain verdicts (labels only where selected, special positions never selected, the selected
+:func:`~course_lib.exercises._calls.mask_tokens_draws` runs the student's function over many seeded
+draws in the sandbox, and :func:`mask_tokens_verdicts` turns the draws into plain verdicts on the
+trusted side (labels only where selected, special positions never selected, the selected
 fraction and the 80/10/10 split within five standard errors), which the reference also meets.
 """
 
@@ -24,7 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import attention, lm, multihead, transformer
-from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
+from course_lib.exercises._calls import mask_tokens_draws
+from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
+                                          randn)
 from course_lib.grading import Case, Exercise, Slip, answer_case, choice
 
 Inputs = Callable[[], dict[str, Any]]
@@ -276,7 +279,15 @@ def _decoder_masks_cases() -> list[Case]:
     return [Case("no padding", build([4, 4], 4, [3, 3], 3)),
             Case("padded sources and targets", build([5, 2, 3], 5, [4, 1, 2], 4)),
             Case("batch size 1, source shorter than target", build([2], 2, [6], 6)),
-            Case("batch size 1, padded target", build([3], 4, [2], 5))]
+            Case("batch size 1, padded target", build([3], 4, [2], 5)),
+            Case("sizes and lengths drawn for this grading run", _drawn_decoder_masks)]
+
+
+def _drawn_decoder_masks() -> dict[str, Any]:
+    B, S, T = pick(281, 2, 4), pick(282, 2, 7), pick(283, 2, 7)
+    src = torch.randint(1, S + 1, (B,), generator=gen(284)).tolist()
+    tgt = torch.randint(1, T + 1, (B,), generator=gen(285)).tolist()
+    return {"src_padding": lengths_mask(src, S), "tgt_padding": lengths_mask(tgt, T)}
 
 
 def _masks(src_padding: torch.Tensor, tgt_padding: torch.Tensor, causal: torch.Tensor,
@@ -424,35 +435,28 @@ def _share(count: torch.Tensor, total: torch.Tensor, expected: float) -> bool:
     return abs(int(count) / n - expected) <= MLM_Z * math.sqrt(expected * (1 - expected) / n)
 
 
-def mask_tokens_properties(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, bool]:
-    """``Exercise.call`` of ``mask_tokens``: run ``fn`` over ``draws`` seeds; verdicts by property.
+def mask_tokens_verdicts(inputs: dict[str, Any], draws: dict[str, Any]) -> dict[str, bool]:
+    """``Exercise.postprocess`` of ``mask_tokens``: verdicts by property on the stacked draws.
 
-    The expectations count the random replacement's own hits: it draws ``mask_id`` or the original
-    token with probability ``1 / vocab_size`` each.
+    ``draws`` is what :func:`course_lib.exercises._calls.mask_tokens_draws` returned, as plain
+    arrays. The expectations count the random replacement's own hits: it draws ``mask_id`` or the
+    original token with probability ``1 / vocab_size`` each.
 
     Example:
+        >>> from course_lib.exercises._calls import mask_tokens_draws
         >>> tokens = torch.randint(4, 30, (2, 32), generator=gen(0))
         >>> special = torch.zeros(2, 32, dtype=torch.bool)
-        >>> verdicts = mask_tokens_properties(lm.mask_tokens, {
-        ...     "tokens": tokens, "special": special, "mask_id": 3, "vocab_size": 30, "p": 0.15,
-        ...     "draws": 100, "seed": 0})
-        >>> all(verdicts.values())
+        >>> case = {"tokens": tokens, "special": special, "mask_id": 3, "vocab_size": 30,
+        ...         "p": 0.15, "draws": 100, "seed": 0}
+        >>> draws = {k: v.numpy() for k, v in mask_tokens_draws(lm.mask_tokens, case).items()}
+        >>> all(mask_tokens_verdicts(case, draws).values())
         True
     """
     tokens, special, V = inputs["tokens"], inputs["special"], inputs["vocab_size"]
-    args = {k: inputs[k] for k in ("tokens", "mask_id", "vocab_size", "p", "special")}
-    xs, ys = [], []
-    for k in range(inputs["draws"]):
-        out = fn(**args, generator=gen(inputs["seed"] + k))
-        if not (isinstance(out, tuple) and len(out) == 2
-                and all(type(t) is torch.Tensor and t.shape == tokens.shape
-                        and t.dtype == tokens.dtype for t in out)):
-            raise AssertionError(f"return a pair (inputs, targets) of {tokens.dtype} tensors of "
-                                 f"shape {tuple(tokens.shape)}")
-        xs.append(out[0])
-        ys.append(out[1])
-    again = fn(**args, generator=gen(inputs["seed"]))
-    X, Y = torch.stack(xs), torch.stack(ys)  # (draws, B, T)
+    X, Y = torch.as_tensor(draws["inputs"]), torch.as_tensor(draws["targets"])  # (draws, B, T)
+    if X.shape[1:] != tokens.shape or Y.shape != X.shape:
+        raise AssertionError(f"expected draws of shape {tuple(tokens.shape)}")
+    again = torch.as_tensor(draws["again_inputs"]), torch.as_tensor(draws["again_targets"])
     tok, spec = tokens.expand_as(X), special.expand_as(X)
     labelled = Y != lm.IGNORE_INDEX
     ordinary, n_sel = ~spec, labelled.sum()
@@ -597,7 +601,8 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="transformer.no_causal_mask", reference=no_causal_mask, cases=answer_case,
              call=choice, slips=_NO_CAUSAL_MASK_SLIPS),
     Exercise(id="transformer.mask_tokens", reference=lm.mask_tokens, cases=_mask_tokens_cases,
-             call=mask_tokens_properties, slips=_MASK_TOKENS_SLIPS),
+             call=mask_tokens_draws, postprocess=mask_tokens_verdicts,
+             slips=_MASK_TOKENS_SLIPS),
     Exercise(id="transformer.next_token_loss", reference=lm.next_token_loss,
              cases=_next_token_cases, slips=_NEXT_TOKEN_SLIPS, forbidden=(lm.masked_lm_loss,)),
 ]}

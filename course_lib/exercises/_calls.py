@@ -1,0 +1,78 @@
+"""Call adapters: how the grader calls a student's function when ``fn(**inputs)`` is not enough.
+
+This module and :mod:`course_lib.exercises._common` are the only exercise code inside the grading
+sandbox (``autograder/strip.py`` leaves every chapter's exercise module out). An adapter here
+only calls the student's function and turns what it returns into plain data; it never computes a
+verdict or an answer, since student code in the same kernel could replace it. Verdicts on the
+outputs are computed on the trusted side (``Exercise.postprocess``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from course_lib.exercises._common import gen
+
+
+def pairs_as_rows(fn: Callable[..., Any], inputs: dict[str, Any]) -> list[list[int]]:
+    """A dict ``{(a, b): count}`` returned by ``fn`` as sorted ``[a, b, count]`` rows.
+
+    Example:
+        >>> pairs_as_rows(lambda ids: {(ids[1], ids[0]): 2}, {"ids": [4, 3]})
+        [[3, 4, 2]]
+    """
+    counts = fn(**inputs)
+    if not isinstance(counts, dict):
+        raise AssertionError(f"return a dict {{(a, b): count}}, got {type(counts).__name__}")
+    rows = []
+    for key, value in counts.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise AssertionError(f"keys must be pairs (a, b) of ids, got the key {key!r}")
+        rows.append([int(key[0]), int(key[1]), int(value)])
+    return sorted(rows)
+
+
+def extract_all(fn: Callable[[str], Any], inputs: dict[str, Any]) -> list[Any]:
+    """``fn`` applied to each text of ``inputs["texts"]``, in order.
+
+    Example:
+        >>> extract_all(len, {"texts": ["ab", ""]})
+        [2, 0]
+    """
+    return [fn(text) for text in inputs["texts"]]
+
+
+def mask_tokens_draws(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``fn`` (BERT's corruption) run over ``inputs["draws"]`` seeded generators, stacked.
+
+    Returns ``{"inputs": (draws, B, T), "targets": (draws, B, T), "again_inputs": (B, T),
+    "again_targets": (B, T)}``, the last two from the first seed once more. The statistics of
+    the draws are judged on the trusted side.
+
+    Example:
+        >>> out = mask_tokens_draws(lambda tokens, mask_id, vocab_size, p, special, generator:
+        ...     (tokens.clone(), tokens.clone()), {"tokens": torch.zeros(1, 3, dtype=torch.long),
+        ...     "special": torch.zeros(1, 3, dtype=torch.bool), "mask_id": 3, "vocab_size": 9,
+        ...     "p": 0.15, "draws": 2, "seed": 0})
+        >>> tuple(out["inputs"].shape)
+        (2, 1, 3)
+    """
+    tokens = inputs["tokens"]
+    args = {k: inputs[k] for k in ("tokens", "mask_id", "vocab_size", "p", "special")}
+
+    def one(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        out = fn(**args, generator=gen(inputs["seed"] + k))
+        if not (isinstance(out, tuple) and len(out) == 2
+                and all(type(t) is torch.Tensor and t.shape == tokens.shape
+                        and t.dtype == tokens.dtype for t in out)):
+            raise AssertionError(f"return a pair (inputs, targets) of {tokens.dtype} tensors of "
+                                 f"shape {tuple(tokens.shape)}")
+        return out
+
+    draws = [one(k) for k in range(inputs["draws"])]
+    again = one(0)
+    return {"inputs": torch.stack([x for x, _ in draws]),
+            "targets": torch.stack([y for _, y in draws]),
+            "again_inputs": again[0], "again_targets": again[1]}
