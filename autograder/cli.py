@@ -1,4 +1,5 @@
-"""The command line of the grading pipeline: ``python -m autograder {release,check-release,grade}``."""
+"""The command line of the grading pipeline:
+``python -m autograder {release,check-release,measure,grade}``."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chapters", nargs="*")
     _add_roots(p)
 
+    p = sub.add_parser("measure", help="write _data/measured/<slug>.json (the numbers of the Colab "
+                       "copies' text) from the executed book; run `make book` first")
+    p.add_argument("chapters", nargs="*")
+    p.add_argument("--build", type=Path, default=None,
+                   help="the built book (default: _build, where `make book` writes it)")
+    _add_roots(p)
+
     p = sub.add_parser("grade", help="grade a folder or zip of submitted notebooks")
     p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
     p.add_argument("submissions", type=Path, help="folder of .ipynb files (flat or one folder per "
@@ -50,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "measure":
+        from autograder import measured
+
+        failed = 0
+        for chapter in find_chapters(args.source_root, args.release_root, args.chapters):
+            try:
+                print(f"wrote {measured.record(chapter, args.build or measured.BUILD)}")
+            except measured.MeasuredError as err:
+                print(err, file=sys.stderr)
+                failed = 2
+        if not failed:
+            print("now run `make release` to write the values into the Colab copies")
+        return failed
     if args.command in ("release", "check-release"):
         from autograder.release import ReleaseError, check_release, release
 
@@ -59,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if args.command == "release" else 1
         try:
             if args.command == "release":
-                for path in release(chapters):
+                for path in release(chapters, warn=lambda line: print(
+                        f"warning: {line}", file=sys.stderr)):
                     print(f"wrote {path}")
                 return 0
             drifted = check_release(chapters)

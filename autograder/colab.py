@@ -13,10 +13,17 @@ MyST in ``chapters/``          plain Jupyter in ``colab/``
 ``{eq}`eq-label```             ``(n)``
 ``{cite}`a,b```                ``([Author et al., 2015](site#further-reading); ...)``
 ``{cite:t}`a```                ``[Author et al. (2015)](site#further-reading)``
-``{glue:text}`name:fmt```      `` `name` ``: the code cell that measures it prints ``name = value``
+``{glue:text}`name:fmt```      the website's number, formatted with ``fmt`` (``_data/measured``)
 ```{bibliography}```           the chapter's reading list, written out (the cited entries)
 ``\\softmax`` (a book macro)    its definition from ``_config.yml`` (``\\operatorname{softmax}``)
 =============================  ====================================================================
+
+Glued numbers come from the chapter's committed measurements (:mod:`autograder.measured`): the
+values the website's build glued, formatted as the website formats them, so the Colab copy reads
+as the website does; a note under the title says that the student's own run prints its own figures
+in the cells (``name = value``, :func:`course_lib.book.glue`). A name without a committed value is
+left as `` `name` `` (:func:`missing_values` lists them; ``release`` warns and ``check-release``
+fails).
 
 Any other MyST role or directive is an error naming the cell, so a new chapter cannot ship one to
 Colab unnoticed. Code cells, outputs and metadata (nbgrader's included) are left as they are.
@@ -32,6 +39,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from autograder.measured import format_value, roles, split_role
 from autograder.paths import REPO
 
 #: A MyST role: ``{name}`content```.
@@ -48,9 +56,9 @@ LEFTOVER_RES = {
     "a substitution": re.compile(r"\{\{[^}]*\}\}"),
     "a labelled equation": re.compile(r"\$\$[ \t]*\([\w\-:.]+\)"),
 }
-NOTE = ("*This is the Colab copy of the chapter. Numbers this notebook measures appear in the text "
-        "by name (like `{example}`); the cell that measures each one prints `name = value`. "
-        "The [website]({page}) shows the values of the published run.*")
+NOTE = ("*This is the Colab copy of the chapter; the [website]({page}) shows the same text. The "
+        "figures in the text were measured when the website was built; your run prints its own "
+        "in the cells (as `name = value`), and on another machine they can differ.*")
 
 
 class ColabConversionError(ValueError):
@@ -111,8 +119,8 @@ def load_references(bib_files: list[Path]) -> dict[str, Reference]:
 
     Example:
         >>> refs = load_references(sorted((REPO / "bib").glob("*.bib")))
-        >>> refs["bahdanau2015neural"].authors_short, refs["bahdanau2015neural"].year
-        ('Bahdanau et al.', '2015')
+        >>> refs["bahdanau2014neural"].authors_short, refs["bahdanau2014neural"].year
+        ('Bahdanau et al.', '2014')
     """
     from pybtex.database import parse_file
 
@@ -176,12 +184,13 @@ def _reading_list_anchor(cells: list[dict[str, Any]]) -> str:
 
 class _Converter:
     def __init__(self, cells: list[dict[str, Any]], page_url: str, site: SiteConfig,
-                 refs: Mapping[str, Reference]) -> None:
+                 refs: Mapping[str, Reference], measured: Mapping[str, str]) -> None:
         self.equations = _equation_numbers(cells)
         anchor = _reading_list_anchor(cells)
         self.reading_list = page_url + (f"#{anchor}" if anchor else "")
         self.site = site
         self.refs = refs
+        self.measured = measured
         self.cited: list[str] = []
         self.glued: list[str] = []
 
@@ -206,10 +215,17 @@ class _Converter:
             if label not in self.equations:
                 raise ColabConversionError(f"{where}: {{eq}} refers to unknown equation {label!r}")
             return f"({self.equations[label]})"
-        if name == "glue:text" or name == "glue":
-            glue_name = content.split(":", 1)[0].strip()
+        if name == "glue:text":
+            glue_name, spec = split_role(content)
             self.glued.append(glue_name)
-            return f"`{glue_name}`"
+            if glue_name not in self.measured:
+                return f"`{glue_name}`"
+            try:
+                return format_value(self.measured[glue_name], spec)
+            except (ValueError, TypeError) as err:
+                raise ColabConversionError(f"{where}: measured {glue_name} = "
+                                           f"{self.measured[glue_name]} cannot be formatted as "
+                                           f"{spec!r}: {err}") from err
         raise ColabConversionError(f"{where}: MyST role {{{name}}} has no plain-Jupyter form; "
                                    "use a cite, eq or glue:text role, or plain markdown")
 
@@ -251,8 +267,22 @@ def leftovers(text: str) -> list[str]:
     return found
 
 
+def missing_values(nb: Mapping[str, Any], measured: Mapping[str, str]) -> list[str]:
+    """The names that ``nb``'s markdown glues and ``measured`` has no value of, in page order.
+
+    Example:
+        >>> missing_values({"cells": [{"cell_type": "markdown",
+        ...                 "source": "{glue:text}`a:.1f` and {glue:text}`b`"}]}, {"a": "0.5"})
+        ['b']
+    """
+    names = [n for cell in nb["cells"] if cell["cell_type"] == "markdown"
+             for n, _ in roles(_text(cell))]
+    return list(dict.fromkeys(n for n in names if n not in measured))
+
+
 def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
-             refs: Mapping[str, Reference]) -> dict[str, Any]:
+             refs: Mapping[str, Reference],
+             measured: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The plain-Jupyter copy of release ``nb`` (a new notebook; ``nb`` is not changed).
 
     Args:
@@ -260,6 +290,8 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
         page_url: the chapter's page on the website (citations link to its reading list).
         site: the website's address and the book's LaTeX macros.
         refs: the course's bibliography (:func:`load_references`).
+        measured: the values the website's build glued, ``{name: text/plain}``
+            (:func:`autograder.measured.load`); a glued name without one stays `` `name` ``.
 
     Raises:
         ColabConversionError: a role or directive without a plain form, an unknown citation key or
@@ -267,7 +299,7 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
     """
     out = copy.deepcopy(dict(nb))
     cells = out["cells"]
-    conv = _Converter(cells, page_url, site, refs)
+    conv = _Converter(cells, page_url, site, refs, measured or {})
     bib_cell = None
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
@@ -290,7 +322,7 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
         cells[i]["source"] = text[:start] + conv.bibliography() + text[end:]
     if conv.glued and cells and cells[0]["cell_type"] == "markdown":
         cells[0]["source"] = (cells[0]["source"].rstrip() + "\n\n"
-                              + NOTE.format(example=conv.glued[0], page=page_url))
+                              + NOTE.format(page=page_url))
     for i, cell in enumerate(cells):
         if cell["cell_type"] == "markdown":
             bad = leftovers(cell["source"])

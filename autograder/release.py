@@ -8,7 +8,11 @@ outputs, the source's cell ids, a final newline) so the same source always gives
 and ``check-release`` can tell when ``chapters/`` drifted.
 
 Beside each release it writes the Colab copy, ``colab/NN-slug/slug.ipynb`` (plain Jupyter
-markdown: see :mod:`autograder.colab`), which the website's Colab and download buttons open.
+markdown: see :mod:`autograder.colab`), which the website's Colab and download buttons open. Its
+prose carries the numbers the website's build measured, committed in ``_data/measured/<slug>.json``
+(:mod:`autograder.measured`; ``python -m autograder measure`` writes them from the executed book):
+``check-release`` reports a Colab copy that does not carry the committed values, and a glued name
+that has none.
 
 The repository's address is defined once, as ``repository.url`` in ``_config.yml``; ``release``
 writes it into every notebook's setup cell (``pip install "course-lib @ git+<url>"``) and into
@@ -23,12 +27,13 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
 import yaml
 
-from autograder import colab
+from autograder import colab, measured
 from autograder.nbgrader_setup import nbgrader_config, setup_alembic
 from autograder.paths import REPO, Chapter
 
@@ -118,16 +123,29 @@ def colab_root(chapter: Chapter) -> Path:
 
 
 def colab_release(chapter: Chapter, release_text: str) -> str:
-    """The Colab copy (plain Jupyter markdown) of a release's text, normalised like the release."""
+    """The Colab copy (plain Jupyter markdown) of a release's text, normalised like the release,
+    with the chapter's committed measured values in its prose."""
     site = colab.SiteConfig.load()
     refs = colab.load_references(sorted((REPO / "bib").glob("*.bib")))
     nb = json.loads(release_text)
     try:
+        values = measured.load(chapter).values
         converted = colab.to_colab(nb, page_url=colab.page_url(site, chapter.name, chapter.slug),
-                                   site=site, refs=refs)
-    except colab.ColabConversionError as err:
+                                   site=site, refs=refs, measured=values)
+    except (colab.ColabConversionError, measured.MeasuredError) as err:
         raise ReleaseError(f"{chapter.name}: {err}") from err
     return normalise(nbformat.from_dict(converted))
+
+
+def unmeasured(chapter: Chapter, release_text: str) -> str | None:
+    """Why the chapter's Colab copy lacks numbers (glued names without a committed value), or None."""
+    absent = colab.missing_values(json.loads(release_text), measured.load(chapter).values)
+    if not absent:
+        return None
+    return (f"{chapter.name}: {len(absent)} glued value(s) without a measured value in "
+            f"{measured.measured_path(chapter)} ({', '.join(absent[:5])}"
+            f"{', ...' if len(absent) > 5 else ''}): run `make release`, `make book`, "
+            f"`python -m autograder measure {chapter.name}`, then `make release` again")
 
 
 def _stamped_sources(chapters: list[Chapter]) -> dict[Path, str]:
@@ -139,8 +157,11 @@ def _stamped_sources(chapters: list[Chapter]) -> dict[Path, str]:
     return {path: stamp_url(path.read_text(encoding="utf-8"), url) for path in files}
 
 
-def release(chapters: list[Chapter]) -> list[Path]:
-    """Write each chapter's release and Colab copy; return the paths written."""
+def release(chapters: list[Chapter], warn: Callable[[str], None] | None = None) -> list[Path]:
+    """Write each chapter's release and Colab copy; return the paths written.
+
+    ``warn`` (a function of one line) hears of each chapter whose Colab copy still names glued
+    values because they have no committed measurement yet (:func:`unmeasured`)."""
     written = []
     for path, text in _stamped_sources(chapters).items():
         if path.read_text(encoding="utf-8") != text:
@@ -155,12 +176,16 @@ def release(chapters: list[Chapter]) -> list[Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(colab_release(chapter, text), encoding="utf-8")
         written.append(target)
+        why = unmeasured(chapter, text)
+        if why and warn is not None:
+            warn(why)
     return written
 
 
 def check_release(chapters: list[Chapter]) -> list[str]:
-    """Chapters whose committed release or Colab copy differs from what ``release`` would write,
-    and files whose repository URL differs from ``_config.yml``'s, with why."""
+    """Chapters whose committed release or Colab copy differs from what ``release`` would write
+    (the committed measured values included), chapters with glued values that have no measured
+    value, and files whose repository URL differs from ``_config.yml``'s, with why."""
     drifted = []
     for path, text in _stamped_sources(chapters).items():
         if path.read_text(encoding="utf-8") != text:
@@ -176,5 +201,9 @@ def check_release(chapters: list[Chapter]) -> list[str]:
         if not target.exists():
             drifted.append(f"{chapter.name}: its Colab copy {target} is missing")
         elif target.read_text(encoding="utf-8") != colab_release(chapter, expected):
-            drifted.append(f"{chapter.name}: {target} differs from the Colab copy of its release")
+            drifted.append(f"{chapter.name}: {target} differs from the Colab copy of its release "
+                           f"and {measured.measured_path(chapter).relative_to(chapter.release_root.parent)}")
+        why = unmeasured(chapter, expected)
+        if why:
+            drifted.append(why)
     return drifted

@@ -6,8 +6,9 @@ needing myst-nb, which Colab lacks), so the book's prose can cite it with
 (``_build/jupyter_execute/**/<notebook>.glue.json``).
 
 It also prints ``name = value``: the Colab copy of a chapter (``colab/``, plain Jupyter markdown)
-cannot fill values into its prose, so its text names the value (`` `name` ``) and the student reads
-the number that their own run printed.
+cannot fill values into its prose, so its text carries the numbers the website's build measured
+(committed in ``_data/measured/``, see ``autograder.measured``), and the student reads the numbers
+of their own run in the cells, on these lines.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_bpe_is_general_but_less_compact_on_unlike_text(built_book: Path) -> Non
 
 def test_gpt2_point_is_plotted_where_its_files_are(built_book: Path) -> None:
     """Section 1: "Where GPT-2's files are present, the plot adds GPT-2's own tokenizer ... its
-    value is printed above the plot" (GPT-2's 50,257 tokens compress more)."""
+    bytes per token are printed above the plot" (GPT-2's 50,257 tokens compress more)."""
     if not GPT2_FILES.exists():
         assert "ch4_gpt2_bytes_per_token" not in glued(SLUG)
         return

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import colab
+from autograder import colab, measured
+from autograder.paths import Chapter, find_chapters
 from autograder.release import repository_url, stamp_url
 from tests.adversarial.generate import solved_release
 from tests.conftest import (ROOT, cell_errors, chapter_slugs, load, nbgrader_meta,
@@ -55,9 +56,10 @@ def _md(text: str) -> dict:
     return {"cell_type": "markdown", "metadata": {}, "source": text}
 
 
-def _convert(*texts: str) -> list[str]:
+def _convert(*texts: str, measured: dict | None = None) -> list[str]:
     nb = {"cells": [_md(t) for t in texts], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    return [c["source"] for c in colab.to_colab(nb, page_url=PAGE, site=SITE, refs=REFS)["cells"]]
+    return [c["source"] for c in colab.to_colab(nb, page_url=PAGE, site=SITE, refs=REFS,
+                                                measured=measured)["cells"]]
 
 
 def test_citations_become_author_year_links_to_the_reading_list() -> None:
@@ -76,10 +78,32 @@ def test_labelled_equations_are_tagged_and_references_numbered_in_page_order() -
     assert out[1] == "Then $$c = d \\tag{2}$$ and (1)."
 
 
-def test_glued_numbers_are_named_and_the_title_says_where_they_are_printed() -> None:
-    out = _convert("# Title", "Accuracy {glue:text}`acc:.1%` here.")
-    assert out[1] == "Accuracy `acc` here."
-    assert "`acc`" in out[0] and "prints `name = value`" in out[0]
+def test_glued_numbers_are_the_measured_values_formatted_as_the_website_formats_them() -> None:
+    out = _convert("# Title", "Accuracy {glue:text}`acc:.1%` after {glue:text}`n:,` steps, "
+                   "{glue:text}`ok`, {glue:text}`tag`.",
+                   measured={"acc": "0.12345", "n": "12000", "ok": "True", "tag": "'bpe'"})
+    assert out[1] == "Accuracy 12.3% after 12,000 steps, True, bpe."
+    assert out[0].startswith("# Title\n\n*This is the Colab copy")
+    assert "measured when the website was built" in out[0]
+    assert "your run prints its own" in out[0] and "`name = value`" in out[0]
+    assert "acc" not in out[0]
+
+
+def test_a_glued_number_without_a_measured_value_stays_named_and_is_listed() -> None:
+    text = "Accuracy {glue:text}`acc:.1%`, loss {glue:text}`loss:.2f`."
+    assert _convert("# T", text, measured={"acc": "0.5"})[1] == "Accuracy 50.0%, loss `loss`."
+    nb = {"cells": [_md(text), _md("{glue:text}`loss:.3f` again")]}
+    assert colab.missing_values(nb, {"acc": "0.5"}) == ["loss"]
+    assert colab.missing_values(nb, {"acc": "0.5", "loss": "1.0"}) == []
+
+
+def test_no_title_note_without_glued_numbers() -> None:
+    assert _convert("# Title", "Plain text.") == ["# Title", "Plain text."]
+
+
+def test_a_measured_value_the_format_cannot_take_is_refused_by_name() -> None:
+    with pytest.raises(colab.ColabConversionError, match=r"cell 1: measured acc = 'high'"):
+        _convert("# T", "Accuracy {glue:text}`acc:.1%`.", measured={"acc": "'high'"})
 
 
 def test_book_macros_are_expanded_and_other_commands_untouched() -> None:
@@ -92,6 +116,7 @@ def test_book_macros_are_expanded_and_other_commands_untouched() -> None:
     (":::{note}\nhi\n:::", "directive {note}"),
     ("```{figure} a.png\n```", "directive {figure}"),
     ("{cite}`nobody2020`", "citation key 'nobody2020'"),
+    ("{glue}`acc`", "role {glue}"),
     ("{eq}`eq-missing`", "unknown equation 'eq-missing'"),
     ("(my-target)=\n# Heading", "target label"),
 ])
@@ -132,6 +157,75 @@ def test_colab_copy_is_plain_jupyter_markdown(slug: str) -> None:
             assert colab.leftovers("".join(cell["source"])) == [], f"cell {i}"
         else:  # code, outputs and nbgrader metadata are the release's
             assert cell == rel, f"cell {i} differs from the release"
+
+
+def _chapter(slug: str) -> Chapter:
+    (chapter,) = find_chapters(names=[slug])
+    return chapter
+
+
+def _glue_names(slug: str) -> set[str]:
+    """Every name chapter ``slug`` glues: cited by its prose, glued by its code (an f-string's
+    fields as a word pattern), or committed in its measured values."""
+    nb = load(release_notebook(slug))
+    names = {re.escape(n) for c in nb["cells"] if c["cell_type"] == "markdown"
+             for n, _ in measured.roles("".join(c["source"]))}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            for call in re.findall(r"\bglue\(\s*f?[\"']([^\"']+)[\"']", "".join(cell["source"])):
+                names.add(re.sub(r"\\\{[^}]*\\\}", r"\\w+", re.escape(call)))
+    names |= {re.escape(n) for n in measured.load(_chapter(slug)).values}
+    return names
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_copy_prose_shows_numbers_not_glue_names(slug: str) -> None:
+    """The Colab copy's text shows the website's numbers: no glued value's name is left in its
+    markdown, and a note under the title (only there) says whose figures they are."""
+    patterns = [re.compile(rf"(?<![\w]){n}(?![\w])") for n in _glue_names(slug)]
+    assert patterns, f"{slug} glues nothing"
+    cells = [c for c in load(colab_notebook(slug))["cells"] if c["cell_type"] == "markdown"]
+    left = [f"cell {i}: {m.group(0)}" for i, c in enumerate(cells) for p in patterns
+            for m in p.finditer("".join(c["source"]))]
+    assert left == [], f"glue names in {colab_notebook(slug)}'s prose (run `python -m autograder " \
+                       f"measure` after `make book`, then `make release`): {left}"
+    notes = [i for i, c in enumerate(cells) if "measured when the website was built" in
+             "".join(c["source"])]
+    assert notes == [0]
+
+
+def test_the_glue_name_check_finds_a_name_in_prose() -> None:
+    """The negative control of the test above: a name glued by an f-string is found."""
+    names = _glue_names("04-language-models")  # glue(f"ch4_bpt_{key}", ...) in its code
+    assert any(re.fullmatch(n, "ch4_bpt_klingon") for n in names)
+    assert not any(re.fullmatch(n, "bpt") for n in names)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_glued_number_of_the_prose_has_a_committed_value(slug: str) -> None:
+    chapter = _chapter(slug)
+    committed = measured.load(chapter)
+    assert measured.missing(chapter) == [], (
+        f"no measured value in {measured.measured_path(chapter)}: run `make book`, "
+        f"`python -m autograder measure {slug}`, then `make release`")
+    assert set(committed.varies) <= set(committed.values), "a varying name that is not measured"
+    assert all(why.strip() for why in committed.varies.values()), "say why each value varies"
+    for name, spec in measured.chapter_roles(chapter):
+        measured.format_value(committed.values[name], spec)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_numbers_are_formatted_as_myst_nb_formats_them(slug: str) -> None:
+    """:func:`autograder.measured.format_value` against myst-nb's own ``{glue:text}`` formatting,
+    on every committed value of the chapter with the format its prose gives it."""
+    from myst_nb.core.variables import format_plain_text
+
+    values = measured.load(_chapter(slug)).values
+    pairs = [(values[n], spec) for n, spec in measured.chapter_roles(_chapter(slug)) if n in values]
+    pairs += [("0.5", ".0%"), ("1e-06", ".1e"), ("12000", ","), ("'text'", "s"), ("True", "s"),
+              ("3", ".2f"), ("2.5", ".0f"), ("np.float64(0.5)", "s")]
+    for text, spec in pairs:
+        assert measured.format_value(text, spec) == format_plain_text(text, spec), (text, spec)
 
 
 def _render(nb_path: Path, out_dir: Path) -> str:
@@ -218,6 +312,29 @@ def test_colab_equation_numbers_are_the_websites(built_book: Path, slug: str) ->
     tags = [int(n) for n in re.findall(r"\\tag\{(\d+)\}", colab_text)]
     assert [n for _, n in site] == tags, "equation numbers differ between the website and Colab"
     assert tags == list(range(1, len(tags) + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+@pytest.mark.parametrize("slug", SLUGS)
+def test_colab_numbers_are_the_websites(built_book: Path, slug: str) -> None:
+    """Every number of the Colab copy's prose is the one the built website shows there, except
+    the committed values marked as varying from run to run (``varies``: timings)."""
+    import html
+
+    page = built_book / "chapters" / slug / release_notebook(slug).with_suffix(".html").name
+    site = [html.unescape(t) for t in
+            re.findall(r'<span class="pasted-text">([^<]*)</span>', page.read_text())]
+    chapter = _chapter(slug)
+    committed = measured.load(chapter)
+    cited = measured.chapter_roles(chapter)
+    assert len(site) == len(cited), "the website pastes another number of values than the prose cites"
+    differ = [f"{name} ({spec}): website {shown}, committed "
+              f"{measured.format_value(committed.values[name], spec)}"
+              for (name, spec), shown in zip(cited, site) if name not in committed.varies
+              and measured.format_value(committed.values[name], spec) != shown]
+    assert differ == [], (f"run `python -m autograder measure {slug}` and `make release` "
+                          f"(or mark a run-to-run timing in `varies`): {differ}")
 
 
 # --------------------------------------------------------------------------------------------
