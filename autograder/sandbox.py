@@ -18,8 +18,11 @@ What the sandbox isolates (also in ``autograder/README.md``):
   thread count (a fork bomb hits the cap); slots are held with ``flock`` so concurrent runs never
   share a uid, and every process of the slot's uid is killed before and after each sandbox; as a
   normal user, a user namespace does the same.
-* **Limits**: ``RLIMIT_AS`` (address space, default 3 GiB), ``RLIMIT_NPROC`` (default 64 tasks),
-  ``RLIMIT_FSIZE`` (64 MiB per file), ``RLIMIT_CORE`` 0, the tmpfs size; per-cell and
+* **Limits**: a cgroup per sandbox (:mod:`autograder.cgroups`): one memory limit for all its
+  processes together (default 3 GiB, no swap), an equal CPU weight and a one-core cap, a task
+  limit; and per process ``RLIMIT_AS`` (address space, the same 3 GiB, a second line where the
+  cgroup exists and the only line where it cannot be made), ``RLIMIT_NPROC`` (default 64
+  tasks), ``RLIMIT_FSIZE`` (64 MiB per file), ``RLIMIT_CORE`` 0, the tmpfs size; per-cell and
   per-notebook wall-clock limits enforced by the driver (a cell that overruns gets the whole
   sandbox killed, and a fresh one is started for the next exercise); captured output capped at
   64 KiB per cell, file descriptors 1 and 2 go to /dev/null.
@@ -40,6 +43,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from autograder import cgroups
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
 REPLY_CAP = 48 * 1024 * 1024
@@ -113,10 +119,25 @@ def reap_uid(uid: int, timeout: float = 10.0) -> bool:
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandbox."""
+    """Resource limits of one sandbox.
+
+    Attributes:
+        memory_bytes: the sandbox's memory: its cgroup's limit for all its processes together,
+            and each process's ``RLIMIT_AS``.
+        tasks: ``RLIMIT_NPROC`` of the sandbox's uid; the cgroup's ``pids.max`` adds
+            bubblewrap's own few processes.
+        cpus: the cgroup's CPU cap in cores (every sandbox has the same CPU weight).
+        file_bytes, tmp_bytes: ``RLIMIT_FSIZE`` and the size of the ``/tmp`` tmpfs.
+        cell_timeout, notebook_timeout, start_timeout: wall-clock limits in seconds.
+
+    Example:
+        >>> Limits(memory_bytes=1 << 30).cpus
+        1.0
+    """
 
     memory_bytes: int = 3 << 30
     tasks: int = 64
+    cpus: float = 1.0
     file_bytes: int = 64 << 20
     tmp_bytes: int = 256 << 20
     cell_timeout: float = 60.0
@@ -201,8 +222,15 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_
     return args + python
 
 
-def _limit_preexec(limits: Limits):
+def _limit_preexec(limits: Limits, cgroup: cgroups.SandboxCgroup | None = None
+                   ) -> Callable[[], None]:
+    """The function the sandbox's first process runs between ``fork`` and ``exec``: join the
+    sandbox's cgroup (so that every process of the sandbox is inside), then set the limits."""
+    join = cgroup.join if cgroup is not None else None
+
     def preexec() -> None:
+        if join is not None:
+            join()
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.tasks, limits.tasks))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -221,10 +249,20 @@ class Sandbox:
     proc: subprocess.Popen | None = None
     _buf: bytes = b""
     started: float = field(default_factory=time.time)
+    cgroup: cgroups.SandboxCgroup | None = None
 
     def start(self) -> None:
+        """Start the sandbox in a cgroup of its own (where one can be made) and wait until
+        its runner is ready.
+
+        Raises:
+            SandboxDied: the runner did not start (or an earlier sandbox of the slot survives).
+            autograder.cgroups.CgroupError: the kernel refused the sandbox's cgroup.
+        """
         if os.geteuid() == 0 and not reap_uid(slot_uid(self.slot)):
             raise SandboxDied("processes of an earlier sandbox of this slot would not die")
+        self.cgroup = cgroups.sandbox_cgroup(f"slot{self.slot}", self.limits.memory_bytes,
+                                             self.limits.cpus, self.limits.tasks)
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
@@ -232,7 +270,14 @@ class Sandbox:
                 bwrap_command(self.course_dir, self.slot, self.limits, cmd_r, rep_w),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(cmd_r, rep_w), start_new_session=True,
-                preexec_fn=_limit_preexec(self.limits))
+                preexec_fn=_limit_preexec(self.limits, self.cgroup))
+        except BaseException:
+            os.close(cmd_w)
+            os.close(rep_r)
+            if self.cgroup is not None:
+                self.cgroup.remove()
+                self.cgroup = None
+            raise
         finally:
             os.close(cmd_r)
             os.close(rep_w)
@@ -315,6 +360,8 @@ class Sandbox:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            if self.cgroup is not None:  # every process of the sandbox, other sessions too
+                self.cgroup.kill()
             try:
                 code = self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -331,7 +378,28 @@ class Sandbox:
         self.proc = None
         if os.geteuid() == 0:
             reap_uid(slot_uid(self.slot))  # stragglers still leaving the PID namespace
+        if self.cgroup is not None:
+            self.cgroup.remove()  # after its processes are gone
+            self.cgroup = None
         return code
+
+    def memory_peak(self) -> int | None:
+        """Bytes: the most memory the sandbox's processes held together since it started or
+        since :meth:`reset_memory_peak`; None without a memory cgroup (or where the kernel
+        does not keep the peak).
+
+        Example (the trusted driver, around one exercise)::
+
+            box.reset_memory_peak()
+            box.run("test", code, timeout)
+            used = box.memory_peak()  # None: not measurable here
+        """
+        return self.cgroup.memory_peak() if self.cgroup is not None else None
+
+    def reset_memory_peak(self) -> bool:
+        """Start :meth:`memory_peak` again from the memory held now; False where it cannot be
+        reset (no memory cgroup; cgroup v2 before Linux 6.12)."""
+        return self.cgroup.reset_memory_peak() if self.cgroup is not None else False
 
 
 def _death_reason(code: int | None) -> str:
