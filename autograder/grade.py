@@ -35,7 +35,7 @@ from autograder.paths import EXTRA_EXERCISES_ENV, Chapter, find_chapters, regist
 from autograder.report import (plot_distribution, render_feedback, write_gradebook,
                                write_grades_csv, write_report_csv, write_summary)
 from autograder.submissions import (InvalidSubmission, SkippedEntry, discover, extract_zip,
-                                    load_notebook, printable, read_roster)
+                                    load_notebook, printable, read_roster, RosterError)
 
 
 def safe_name(student_id: str) -> str:
@@ -136,7 +136,15 @@ def run_grade(args) -> int:
     skipped: list[SkippedEntry] = []
     if submissions.is_file() and submissions.suffix.lower() == ".zip":
         submissions = extract_zip(submissions, out / "work" / "extracted", skipped)
-    roster = read_roster(args.roster) if args.roster else None
+    try:
+        roster = read_roster(args.roster) if args.roster else None
+    except RosterError as err:
+        print(printable(f"roster: {err}"), file=sys.stderr)
+        return 2
+    roster_rows = [{"file": roster.name, "mapping": "roster", "status": "roster warning",
+                    "reason": warning} for warning in (roster.warnings if roster else [])]
+    for row in roster_rows:
+        print(printable(f"roster warning: {row['reason']}"), file=sys.stderr)
     files = discover(submissions.resolve(), chapter.slug, roster, skipped)
     rows: list[dict[str, Any]] = []
     todo: list[tuple[dict[str, Any], Any]] = []
@@ -213,7 +221,8 @@ def run_grade(args) -> int:
                 render_feedback(spec, r), encoding="utf-8", errors="backslashreplace"))
     final = sorted(results.values(), key=lambda r: r["student_id"])
     _step(failures, "grades.csv", lambda: write_grades_csv(out / "grades.csv", spec, final))
-    _step(failures, "report.csv", lambda: write_report_csv(out / "report.csv", rows))
+    _step(failures, "report.csv", lambda: write_report_csv(out / "report.csv",
+                                                           roster_rows + rows))
     _step(failures, "LMS files", lambda: _write_lms(out, spec, final, args.roster))
     plot = None
     if final:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from autograder.chapter_spec import ChapterSpec
+from autograder.submissions import read_roster
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
@@ -44,18 +45,24 @@ MOODLE_COLUMNS = ["ID number", "Email address", "Username"]
 
 
 def read_roster_rows(path: Path | None) -> dict[str, dict[str, str]]:
-    """``student_id -> {column: value}`` of a roster CSV (empty without a roster)."""
+    """``student_id -> {column: value}`` of a roster CSV (empty without a roster).
+
+    Read by :func:`autograder.submissions.read_roster`, the reader that maps files to students,
+    so both key a row by the same student id (headers without case or surrounding spaces,
+    values stripped).
+
+    Raises:
+        autograder.submissions.RosterError: as ``read_roster`` does, e.g. one student id on two
+            rows (whose LMS ids would otherwise be a guess).
+
+    Example (``roster.csv`` holding ``Student_ID,Canvas_ID`` / ``s1,4711``)::
+
+        >>> read_roster_rows(Path("roster.csv"))  # doctest: +SKIP
+        {'s1': {'student_id': 's1', 'canvas_id': '4711'}}
+    """
     if path is None:
         return {}
-    rows: dict[str, dict[str, str]] = {}
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        for row in csv.DictReader(f):
-            clean = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()
-                     if isinstance(v, str)}
-            sid = clean.get("student_id") or clean.get("id") or ""
-            if sid:
-                rows[sid] = clean
-    return rows
+    return read_roster(path).rows
 
 
 def _points(value: float) -> str:

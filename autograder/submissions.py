@@ -3,16 +3,27 @@
 Mapping rules (every decision is written to ``report.csv``; a file that matches no rule is
 reported as unmapped, never guessed):
 
+* names an LMS wrote first: the LMS's own fields decide, never the student's original file
+  name inside them. Canvas names files ``<name>_<user id>_<submission id>_<original name>``
+  (``<name>_LATE_<user id>_...`` when late), Moodle names folders
+  ``<full name>_<participant id>_assignsubmission_file_/`` (or flat files with that prefix).
+  With ``--roster``, the LMS id is looked up in the roster's ``canvas_id`` (Canvas) or
+  ``moodle_id`` / ``participant_id`` (Moodle) column first; a file whose id is on no row is
+  mapped by the LMS's name field as a whole, and only to a row without an id of that LMS;
 * one folder per student (``SUBMISSIONS/<student>/<any name>.ipynb``): the folder names the
   student; with ``--roster``, the folder must match a roster id, alias, e-mail or name;
-* flat files with ``--roster``: the file name must contain exactly one roster id / alias / e-mail
-  local part as a whole token (LMS names such as ``doejane_12345_67890_seq2seq.ipynb`` or
-  ``Jane Doe_12345_assignsubmission_file_seq2seq.ipynb``);
-* flat files without a roster: ``<id>.ipynb`` or ``<id>_<anything>.ipynb``, unless the name is
-  just the chapter's notebook name (``seq2seq.ipynb``, ``Copy of seq2seq.ipynb``,
-  ``seq2seq (1).ipynb``), which names no student;
+* other flat files with ``--roster``: the file name must contain exactly one student's roster id /
+  alias / e-mail (or its local part) / name as whole words;
+* flat files without a roster: ``<id>.ipynb`` or ``<id>_<anything>.ipynb`` (the name field of a
+  Canvas name), unless the name is just the chapter's notebook name (``seq2seq.ipynb``,
+  ``Copy of seq2seq.ipynb``, ``seq2seq (1).ipynb``), which names no student;
+* names are compared after Unicode normalisation (NFC) and case folding on both sides, so a
+  macOS zip's decomposed "Zoë" matches the roster's; a name, alias or LMS id several roster
+  rows share is listed when the roster is read and never decides alone;
 * two files of one student: the newest (modification time, or the zip entry's date) is graded, the
-  other is reported as superseded.
+  other is reported as superseded; files of two different LMS accounts (Canvas user ids, Moodle
+  participant ids) are never superseded: mapped to one student, they are a reported conflict
+  and neither is graded.
 
 Untrusted input is read within bounds, and nothing one file does stops the others:
 
@@ -40,6 +51,7 @@ import re
 import shutil
 import stat
 import time
+import unicodedata
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -54,7 +66,6 @@ MAX_ZIP_FILES = 10_000
 MAX_ENTRIES = 20_000
 MAX_WALK_DEPTH = 4
 MAX_JSON_DEPTH = 100
-_TOKEN = re.compile(r"[A-Za-z0-9@.+-]+")
 _COPY = re.compile(r"^(copy of )+|\s*\(\d+\)$|\s*-\s*copy$|_\d+$", re.I)
 _SKIP_NAMES = (".ipynb_checkpoints", "__MACOSX")
 LINK_REASON = ("the file is a symbolic link, not a notebook: submissions are read only as "
@@ -62,19 +73,31 @@ LINK_REASON = ("the file is a symbolic link, not a notebook: submissions are rea
 OTHER_REASON = "not a regular file (a named pipe, socket or device): not read"
 
 
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
+        else f"\\U{code:08x}"
+
+
+#: Unicode categories escaped by :func:`printable`: controls (C0, DEL, C1), format characters
+#: (the bidi overrides and isolates U+202A-U+202E, U+2066-U+2069, the marks U+200E, U+200F,
+#: U+061C, zero-width characters), line and paragraph separators, lone surrogates.
+_UNPRINTABLE = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+
+
 def printable(text: str) -> str:
-    """``text`` safe to write as UTF-8: lone surrogates (the undecodable bytes of a file name,
-    a student's odd output) become backslash escapes.
+    """``text`` safe to show on a terminal and write as UTF-8, on one line: every control
+    character (C0 such as ESC and newline, DEL, C1), every format character (bidi overrides such
+    as U+202E, which reorder what a terminal shows), line separators, and lone surrogates (the
+    undecodable bytes of a file name) become backslash escapes.
 
     Example:
-        >>> printable("caf\\udce9")
-        'caf\\\\udce9'
+        >>> printable("caf\\udce9 \\x1b[2Jred\\u202egnp.ipynb\\n")
+        'caf\\\\udce9 \\\\x1b[2Jred\\\\u202egnp.ipynb\\\\x0a'
     """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    if text.isprintable():  # the common case: no control, format or separator character
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in _UNPRINTABLE else c for c in text)
 
 
 @dataclass
@@ -90,6 +113,9 @@ class SubmissionFile:
         irregular: why it is never read, when it is not a regular file (a symbolic link, a named
             pipe): it is mapped to its student like a file and fails with this reason when it
             is the student's only candidate.
+        identity: the LMS account that uploaded it, from the LMS's fields in its name
+            (``"Canvas user 4711"``, ``"Moodle participant 12"``); ``""`` when the name has
+            none. Files of different accounts never supersede each other.
     """
 
     path: Path | None
@@ -99,6 +125,7 @@ class SubmissionFile:
     rule: str = ""
     problem: str = ""
     irregular: str = ""
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,47 +218,296 @@ class _capped:
         return data
 
 
-def read_roster(path: Path) -> dict[str, str]:
-    """``token -> student_id`` from a CSV with ``student_id`` and optional name/email/aliases."""
-    tokens: dict[str, str] = {}
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        for row in csv.DictReader(f):
-            sid = (row.get("student_id") or row.get("id") or "").strip()
-            if not sid:
-                continue
-            keys = {sid}
-            for col in ("aliases", "alias", "lms_id", "username"):
-                keys |= {a.strip() for a in (row.get(col) or "").replace(";", ",").split(",")}
-            email = (row.get("email") or "").strip()
-            if email:
-                keys |= {email, email.split("@", 1)[0]}
-            name = (row.get("name") or "").strip()
-            if name:
-                keys |= {name, name.replace(" ", "").lower(),
-                         "".join(reversed(name.lower().split()))}
-            for key in keys:
-                if key:
-                    tokens[key.lower()] = sid
-    return tokens
+class RosterError(ValueError):
+    """The roster cannot be used as it is (unreadable, no ``student_id`` column, one id twice);
+    the message says what to fix."""
 
 
-def _roster_match(text: str, roster: dict[str, str]) -> set[str]:
-    low = text.lower()
-    hits = {sid for key, sid in roster.items() if " " in key and key in low}
-    for token in _TOKEN.findall(low.replace("_", " ")):
-        if token in roster:
-            hits.add(roster[token])
-    return hits
+CANVAS_ID_COLUMNS = ("canvas_id",)
+MOODLE_ID_COLUMNS = ("moodle_id", "participant_id")
+_ALIAS_COLUMNS = ("aliases", "alias", "lms_id", "username")
+_WORD = re.compile(r"(?:[^\W_]|[@.+-])+")
+
+
+def normalise(text: str) -> str:
+    """``text`` for comparing names: one Unicode normal form (NFC) after Unicode's caseless
+    matching, so a macOS zip's decomposed "Zoë" and any case match the roster.
+
+    Example:
+        >>> normalise("ZOE\\u0308  Brown") == normalise("zoë brown") == "zoë brown"
+        True
+    """
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFD", text).casefold())
+    return " ".join(text.split())
+
+
+def name_words(text: str) -> tuple[str, ...]:
+    """The words of a name, file or folder name, normalised (:func:`normalise`); ``_`` and
+    punctuation other than ``@ . + -`` separate words.
+
+    Example:
+        >>> name_words("doejane_LATE_4711_Jane Doe.ipynb")
+        ('doejane', 'late', '4711', 'jane', 'doe.ipynb')
+    """
+    return tuple(_WORD.findall(normalise(text)))
+
+
+def _name_keys(name: str) -> set[tuple[str, ...]]:
+    """The ways a roster name may appear: as written, first-last and last-first (``Doe, Jane``
+    or the last word first), each also squashed into one word as Canvas writes it
+    (``doejane``)."""
+    words = name_words(name)
+    if not words:
+        return set()
+    if "," in name:
+        last, first = (name_words(part) for part in name.split(",", 1))
+        orders = {first + last, last + first}
+    else:
+        orders = {words, words[-1:] + words[:-1], tuple(reversed(words))}
+    return {words} | orders | {("".join(o),) for o in orders}
+
+
+def _rows_text(numbers: list[int]) -> str:
+    """``"rows 2 and 3"``, ``"rows 2, 3 and 5"``."""
+    text = [str(n) for n in numbers]
+    return "rows " + (", ".join(text[:-1]) + " and " + text[-1] if len(text) > 1 else text[0])
+
+
+@dataclass
+class Roster:
+    """A roster read by :func:`read_roster`.
+
+    Attributes:
+        rows: ``student_id -> {column: value}`` (columns lower-case, values stripped), in the
+            file's order.
+        keys: ``words -> student ids``: every name, id, alias and e-mail of each row as
+            :func:`name_words`; a key of several students is ambiguous and never decides alone.
+        lms_ids: ``"Canvas"`` / ``"Moodle"`` -> ``LMS id -> student ids`` (from ``canvas_id``;
+            ``moodle_id`` or ``participant_id``).
+        warnings: what is ambiguous in the roster, in words (printed by ``grade`` and written
+            to ``report.csv``).
+        name: the roster's file name, for reports.
+    """
+
+    rows: dict[str, dict[str, str]]
+    keys: dict[tuple[str, ...], tuple[str, ...]]
+    lms_ids: dict[str, dict[str, tuple[str, ...]]]
+    warnings: list[str]
+    name: str = "roster.csv"
+
+    def __post_init__(self) -> None:
+        self.longest = max((len(k) for k in self.keys), default=0)
+
+    def lms_id_of(self, lms: str, sid: str) -> str:
+        """The LMS id of ``sid``'s row (``""`` when the row has none)."""
+        row = self.rows.get(sid, {})
+        columns = CANVAS_ID_COLUMNS if lms == "Canvas" else MOODLE_ID_COLUMNS
+        return next((row[c] for c in columns if row.get(c)), "")
+
+
+def read_roster(path: Path) -> Roster:
+    """Read a roster CSV: a ``student_id`` (or ``id``) column and optional ``name``, ``email``,
+    ``aliases`` (``alias``, ``lms_id``, ``username``; several separated by ``,`` or ``;``),
+    ``canvas_id`` (Canvas's user id) and ``moodle_id`` / ``participant_id`` (the number of
+    Moodle's download folders). Headers are matched without case or surrounding spaces.
+
+    A name, alias or LMS id held by several rows is listed in :attr:`Roster.warnings` (a file
+    named by it alone is reported, not mapped); a row without a student id is skipped with a
+    warning.
+
+    Raises:
+        RosterError: the file cannot be read, has no ``student_id`` column, or holds one
+            student id on several rows (grades are keyed by it).
+
+    Example (``roster.csv`` holding ``student_id,name,canvas_id`` / ``s1,Wei Zhang,3001`` /
+    ``s2,Wei Zhang,3002``)::
+
+        >>> r = read_roster(Path("roster.csv"))          # doctest: +SKIP
+        >>> r.lms_ids["Canvas"]["3002"], r.keys[("zhangwei",)]  # doctest: +SKIP
+        (('s2',), ('s1', 's2'))
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            header = [(h or "").strip().lower() for h in reader.fieldnames or []]
+            raw = [(reader.line_num, row) for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise RosterError(f"the roster {path} could not be read ({err})") from None
+    if "student_id" not in header and "id" not in header:
+        raise RosterError(f"the roster {path} has no student_id column (its columns: "
+                          f"{', '.join(header) or 'none'})")
+    rows: dict[str, dict[str, str]] = {}
+    where: dict[str, list[int]] = {}
+    warnings: list[str] = []
+    for line, row in raw:
+        clean = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()
+                 if isinstance(v, str)}
+        sid = clean.get("student_id") or clean.get("id") or ""
+        if not sid:
+            if any(clean.values()):
+                warnings.append(f"row {line} has no student_id: it is not read")
+            continue
+        where.setdefault(sid, []).append(line)
+        rows.setdefault(sid, clean)
+    twice = {sid: lines for sid, lines in where.items() if len(lines) > 1}
+    if twice:
+        raise RosterError("; ".join(f"student_id {sid} is on {_rows_text(lines)}"
+                                    for sid, lines in twice.items())
+                          + f" of {path}: each student must be on one row")
+    holders: dict[tuple[str, ...], list[str]] = {}
+    lms_ids: dict[str, dict[str, list[str]]] = {"Canvas": {}, "Moodle": {}}
+    for sid, row in rows.items():
+        keys = {name_words(sid)}
+        for col in _ALIAS_COLUMNS:
+            keys |= {name_words(a) for a in row.get(col, "").replace(";", ",").split(",")}
+        email = row.get("email", "")
+        if email:
+            keys |= {name_words(email), name_words(email.split("@", 1)[0])}
+        keys |= _name_keys(row.get("name", ""))
+        for key in keys:
+            if key:
+                holders.setdefault(key, []).append(sid)
+        for lms, columns in (("Canvas", CANVAS_ID_COLUMNS), ("Moodle", MOODLE_ID_COLUMNS)):
+            for value in {row[c] for c in columns if row.get(c)}:
+                lms_ids[lms].setdefault(value, []).append(sid)
+    shared: dict[tuple[str, ...], list[str]] = {}
+    for key, sids in holders.items():
+        if len(sids) > 1:
+            shared.setdefault(tuple(sids), []).append(" ".join(key))
+    for sids, names in shared.items():
+        lines = sorted(line for sid in sids for line in where[sid])
+        warnings.append(f"{', '.join(repr(n) for n in sorted(names))} "
+                        f"{'is' if len(names) == 1 else 'are'} shared by {', '.join(sids)} "
+                        f"({_rows_text(lines)}): a file named by "
+                        f"{'it' if len(names) == 1 else 'these'} alone is reported, not mapped "
+                        "(give each row its canvas_id or moodle_id, or an alias of its own)")
+    for lms, ids in lms_ids.items():
+        column = "canvas_id" if lms == "Canvas" else "moodle_id/participant_id"
+        for value, sids in ids.items():
+            if len(sids) > 1:
+                lines = sorted(line for sid in sids for line in where[sid])
+                warnings.append(f"{column} {value} is on {_rows_text(lines)} "
+                                f"({', '.join(sids)}): files of {lms} {_LMS_WHO[lms]} {value} "
+                                "are reported, not mapped")
+    return Roster(rows, {k: tuple(v) for k, v in holders.items()},
+                  {lms: {i: tuple(s) for i, s in ids.items()} for lms, ids in lms_ids.items()},
+                  warnings, Path(path).name)
+
+
+_LMS_WHO = {"Canvas": "user", "Moodle": "participant"}
+_LMS_COLUMN = {"Canvas": "canvas_id", "Moodle": "moodle_id"}
+# Canvas: <name>_<user id>_<submission id>_<original name>, or <name>_LATE_<user id>_...
+_CANVAS = re.compile(r"(?P<name>.+?)_(?:LATE_)?(?P<uid>\d+)_\d+_(?P<original>.+)", re.S)
+# Moodle: <full name>_<participant id>_assignsubmission_<plugin>_ (a folder, or a flat file's
+# prefix followed by the original name)
+_MOODLE = re.compile(
+    r"(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_[A-Za-z]+(?:_(?P<original>.*))?", re.S)
+
+
+@dataclass(frozen=True)
+class LmsName:
+    """The fields an LMS wrote into a file or folder name.
+
+    Attributes:
+        lms: ``"Canvas"`` or ``"Moodle"``.
+        name: the student's name as the LMS wrote it (``doejane``, ``Jane Doe``).
+        uid: Canvas's user id, or Moodle's participant id.
+    """
+
+    lms: str
+    name: str
+    uid: str
+
+    @property
+    def identity(self) -> str:
+        """``"Canvas user 4711"``, ``"Moodle participant 12"``: one LMS account."""
+        return f"{self.lms} {_LMS_WHO[self.lms]} {self.uid}"
+
+
+def lms_name(text: str, folder: bool = False) -> LmsName | None:
+    """The LMS fields of a file name (without ``.ipynb``) or of a folder name, else ``None``.
+
+    Canvas names files, Moodle names folders (or flat files, when its download is not in
+    folders).
+
+    Example:
+        >>> lms_name("doejane_LATE_4711_6001_seq2seq")
+        LmsName(lms='Canvas', name='doejane', uid='4711')
+        >>> lms_name("Jane Doe_12_assignsubmission_file_", folder=True)
+        LmsName(lms='Moodle', name='Jane Doe', uid='12')
+    """
+    m = _MOODLE.fullmatch(text)
+    if m and (folder or m["original"]):
+        return LmsName("Moodle", m["name"], m["uid"])
+    m = None if folder else _CANVAS.fullmatch(text)
+    if m:
+        return LmsName("Canvas", m["name"], m["uid"])
+    return None
+
+
+def _map_lms(sf: SubmissionFile, fields: LmsName, roster: Roster) -> None:
+    """Map ``sf`` by the LMS's own fields: the LMS id the roster holds first, else the LMS's
+    name field as a whole (never the student's original file name); else say why."""
+    who, column = fields.identity, _LMS_COLUMN[fields.lms]
+    holders = roster.lms_ids[fields.lms].get(fields.uid, ())
+    if len(holders) == 1:
+        sf.student = holders[0]
+        sf.rule = f"{fields.lms} {_LMS_WHO[fields.lms]} id {fields.uid} is the roster's {column}"
+        return
+    if holders:
+        sf.problem = (f"the {fields.lms} {_LMS_WHO[fields.lms]} id {fields.uid} is on several "
+                      f"roster rows ({', '.join(holders)}): not mapped")
+        return
+    named = roster.keys.get(name_words(fields.name), ())
+    if not named:
+        sf.problem = (f"{who} ({fields.name!r}) is not on the roster: no row has {column} "
+                      f"{fields.uid} or the name {fields.name!r} (add the {column} column)")
+    elif len(named) > 1:
+        sf.problem = (f"the {fields.lms} name {fields.name!r} of {who} is shared by roster "
+                      f"entries {', '.join(named)}: not mapped (add the {column} column)")
+    elif roster.lms_id_of(fields.lms, named[0]):
+        sf.problem = (f"the {fields.lms} name {fields.name!r} is {named[0]}'s, whose {column} "
+                      f"is {roster.lms_id_of(fields.lms, named[0])}, not {fields.uid}: "
+                      f"{who} is someone else, not mapped")
+    else:
+        sf.student, sf.rule = named[0], f"{fields.lms} name matches the roster"
+
+
+def _roster_match(text: str, roster: Roster) -> tuple[set[str], list[tuple[str, tuple[str, ...]]]]:
+    """The students ``text`` names by a key of theirs alone, and the shared keys it holds.
+
+    Keys match whole words only (``Ann Lee`` is not in ``Joann Leeds``).
+    """
+    words = name_words(text)
+    longest = roster.longest
+    unique: set[str] = set()
+    shared: list[tuple[str, tuple[str, ...]]] = []
+    for i in range(len(words)):
+        for n in range(1, min(longest, len(words) - i) + 1):
+            sids = roster.keys.get(words[i:i + n], ())
+            if len(sids) == 1:
+                unique.add(sids[0])
+            elif sids:
+                shared.append((" ".join(words[i:i + n]), sids))
+    return unique, shared
 
 
 def _map_by_roster(sf: SubmissionFile, text: str, kind: str, subject: str,
-                   roster: dict[str, str]) -> None:
-    """Map ``sf`` to the one roster entry ``text`` (a folder or file name) names, else say why."""
-    hits = _roster_match(text, roster)
-    if len(hits) == 1:
-        sf.student, sf.rule = hits.pop(), f"{kind} matches the roster"
+                   roster: Roster) -> None:
+    """Map ``sf`` to the one roster entry ``text`` (a folder or file name) names, else say why.
+
+    A key several rows share (two students named "Wei Zhang") decides nothing by itself; a key
+    of one student's own decides when every shared key in ``text`` is that student's too.
+    """
+    unique, shared = _roster_match(text, roster)
+    if len(unique) == 1 and all(unique <= set(sids) for _, sids in shared):
+        sf.student, sf.rule = unique.pop(), f"{kind} matches the roster"
+    elif not unique and shared:
+        key, sids = shared[0]
+        sf.problem = (f"{subject} names {key!r}, which roster entries {', '.join(sids)} share: "
+                      "not mapped (give each an alias, canvas_id or moodle_id of its own)")
     else:
-        sf.problem = f"{subject} matches {'no' if not hits else 'several'} roster entries"
+        sf.problem = f"{subject} matches {'no' if not unique else 'several'} roster entries"
 
 
 @dataclass
@@ -298,13 +574,25 @@ def _walk(root: Path, notes: list[SubmissionFile]) -> list[_Entry]:
     return found
 
 
-def discover(root: Path, slug: str, roster: dict[str, str] | None,
+def discover(root: Path, slug: str, roster: Roster | None,
              skipped: list[SkippedEntry] | None = None) -> list[SubmissionFile]:
     """Every ``.ipynb`` under ``root``, mapped to a student id or given a problem.
 
+    A name with an LMS's fields (:func:`lms_name`) is mapped by them: with a roster, by the
+    LMS id the roster holds, else by the LMS's name field as a whole; the original file name
+    inside it never decides. Two files of one student from different LMS accounts are a
+    conflict: neither is graded, both are reported.
+
     Args:
+        roster: from :func:`read_roster`; ``None`` maps by folder or ``<id>_...`` file name.
         skipped: zip entries that were not extracted (:func:`extract_zip`); a link among them is
             mapped like a file (and fails as a link), the others are reported as they are.
+
+    Example (``subs/`` holding ``doejane_4711_6001_seq2seq.ipynb``)::
+
+        >>> [(f.student, f.identity) for f in discover(Path("subs"), "seq2seq", None)]
+        ... # doctest: +SKIP
+        [('doejane', 'Canvas user 4711')]
     """
     files: list[SubmissionFile] = []
     entries = _walk(root, files)
@@ -332,13 +620,21 @@ def discover(root: Path, slug: str, roster: dict[str, str] | None,
         parts = rel.split("/")
         if len(parts) > 1:
             folder = parts[0]
-            if roster is not None:
+            fields = lms_name(folder, folder=True)
+            sf.identity = fields.identity if fields else ""
+            if roster is not None and fields:
+                _map_lms(sf, fields, roster)
+            elif roster is not None:
                 _map_by_roster(sf, folder, "folder", f"folder {folder!r}", roster)
             else:
                 sf.student, sf.rule = folder, "folder name"
         else:
             stem = os.path.splitext(name)[0]
-            if roster is not None:
+            fields = lms_name(stem)
+            sf.identity = fields.identity if fields else ""
+            if roster is not None and fields:
+                _map_lms(sf, fields, roster)
+            elif roster is not None:
                 _map_by_roster(sf, stem, "file name", "file name", roster)
             else:
                 bare = stem
@@ -363,6 +659,15 @@ def discover(root: Path, slug: str, roster: dict[str, str] | None,
         if sf.student:
             by_student.setdefault(sf.student, []).append(sf)
     for sid, group in by_student.items():
+        accounts = sorted({sf.identity for sf in group if sf.identity})
+        if len(accounts) > 1:
+            for sf in group:
+                sf.problem = (f"conflict: files of {len(accounts)} LMS accounts "
+                              f"({', '.join(accounts)}) map to {sid}; none is graded, since "
+                              "whose file is whose cannot be told (give the roster the "
+                              "canvas_id or moodle_id column)")
+                sf.student = None
+            continue
         if len(group) > 1:
             group.sort(key=lambda s: (not s.irregular, s.mtime, s.rel))
             for old in group[:-1]:

@@ -119,3 +119,39 @@ def test_without_a_roster_both_files_are_keyed_by_student_id(batch, tmp_path: Pa
                                        "SIS User ID=s1002": {"01-seq2seq": 2.0}}
     assert parse_moodle(moodle, "ID number") == {"s1001": {"01-seq2seq": 5.5},
                                                  "s1002": {"01-seq2seq": 2.0}}
+
+
+def test_two_students_with_one_name_get_their_own_grades_in_canvas(tmp_path: Path) -> None:
+    """Issue 17, item 5: the points of the first "Wei Zhang" went to the second's Canvas user."""
+    import os
+
+    from autograder.submissions import discover, read_roster
+
+    spec = ChapterSpec("01-seq2seq", "seq2seq", ["setup"], [
+        ExerciseSpec("seq2seq.a", "a", "a", "a", "test_a", None, None, 17.0, "", "")])
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name, text, stamp in (("zhangwei_3001_5001_seq2seq.ipynb", "solved", 2e9),
+                              ("zhangwei_3002_5002_seq2seq.ipynb", "blank", 1e9)):
+        (subs / name).write_text(text)
+        os.utime(subs / name, (stamp, stamp))
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name,canvas_id\ns1001,Wei Zhang,3001\ns1002,Wei Zhang,3002\n")
+    graded = [f for f in discover(subs, "seq2seq", read_roster(roster)) if f.student]
+    results = [{"student_id": f.student,
+                "total": 17.0 if f.path.read_text() == "solved" else 0.0} for f in graded]
+    out = tmp_path / "out"
+    out.mkdir()
+    canvas, _ = write_lms_files(out, spec, results, read_roster_rows(roster))
+    assert parse_canvas(canvas)[1] == {"ID=3001": {"01-seq2seq": 17.0},
+                                       "ID=3002": {"01-seq2seq": 0.0}}
+
+
+def test_one_student_id_on_two_roster_rows_is_an_error(tmp_path: Path) -> None:
+    """Which row's Canvas id gets the grade would be a guess: the roster is refused."""
+    from autograder.submissions import RosterError
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name,canvas_id\ns1,Ann Lee,11\ns2,Bob Stone,12\ns1,Ann Lee,13\n")
+    with pytest.raises(RosterError, match="student_id s1 is on rows 2 and 4"):
+        read_roster_rows(roster)
