@@ -231,3 +231,55 @@ def gpt3_inconsistencies() -> list[str]:
         ['GPT-3 XL', 'GPT-3 13B']
     """
     return [r.name for r in GPT3_TABLE if r.n_heads * r.d_head != r.d_model]
+
+
+# --------------------------------------------------------------------------------------------
+# The memory of training state on several GPUs (chapter 5, section 8)
+# --------------------------------------------------------------------------------------------
+
+#: Bytes per parameter of mixed-precision Adam training (Rajbhandari et al., 2020, section 3.1):
+#: 16-bit weights and gradients for the forward and backward passes, and the optimizer's 32-bit
+#: master weights and Adam's two 32-bit moments (their K = 12).
+STATE_BYTES: dict[str, int] = {"weights": 2, "gradients": 2, "optimizer": 12}
+#: What each scheme splits across the GPUs (the rest every GPU holds whole). ZeRO's stages 1, 2
+#: and 3 are Rajbhandari et al.'s P_os, P_os+g and P_os+g+p; "tensor" is Megatron-style tensor
+#: parallelism with every parameter in a split matrix (Shoeybi et al., 2019).
+SHARDED: dict[str, tuple[str, ...]] = {
+    "ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "gradients"),
+    "zero3": ("optimizer", "gradients", "weights"),
+    "tensor": ("optimizer", "gradients", "weights")}
+
+
+def training_state_bytes(n_params: int, n_gpus: int, scheme: str, n_replicated: int = 0) -> int:
+    r"""Bytes of training state (weights, gradients, Adam) that one GPU holds, mixed precision.
+
+    Taught in chapter 5, section 8. With :data:`STATE_BYTES` (16 bytes a parameter in all) and
+    :math:`\Psi` parameters on :math:`N_d` GPUs, a state that is split is cut into :math:`N_d`
+    equal shards of :math:`\lceil \Psi / N_d \rceil` parameters (a flat buffer padded to a
+    multiple of :math:`N_d`, as ZeRO and FSDP do); the others are held whole on every GPU:
+
+    .. math:: \text{ddp: } 16\Psi, \quad \text{zero1: } 4\Psi + 12 \lceil\Psi/N_d\rceil, \quad
+              \text{zero2: } 2\Psi + 14 \lceil\Psi/N_d\rceil, \quad
+              \text{zero3: } 16 \lceil\Psi/N_d\rceil.
+
+    ZeRO splits flat buffers of every parameter. Tensor parallelism splits the weight matrices;
+    the ``n_replicated`` parameters outside them (LayerNorms, the biases added after a
+    row-parallel product) every GPU holds whole: :math:`16 (\lceil(\Psi - R)/N_d\rceil + R)`.
+    Activations, buffers and fragmentation are not counted.
+
+    Example:
+        >>> training_state_bytes(7_500_000_000, 64, "zero1") / 1e9  # ZeRO's Figure 1: 31.4 GB
+        31.40625
+    """
+    if scheme not in SHARDED:
+        raise ValueError(f"scheme must be one of {sorted(SHARDED)}, got {scheme!r}")
+    if n_params < 0 or n_gpus < 1:
+        raise ValueError(f"need n_params >= 0 and n_gpus >= 1, got {n_params}, {n_gpus}")
+    if not 0 <= n_replicated <= n_params:
+        raise ValueError(f"need 0 <= n_replicated <= n_params, got {n_replicated}")
+    if scheme == "tensor":
+        return sum(STATE_BYTES.values()) * (-(-(n_params - n_replicated) // n_gpus)
+                                             + n_replicated)
+    shard = -(-n_params // n_gpus)  # ceil(n_params / n_gpus)
+    return sum(size * (shard if state in SHARDED[scheme] else n_params)
+               for state, size in STATE_BYTES.items())

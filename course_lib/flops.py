@@ -47,6 +47,9 @@ GPT3_PARAMS, GPT3_TOKENS = 175e9, 300e9
 #: NVIDIA A100's dense bf16 tensor-core peak, FLOP/s (NVIDIA's A100 datasheet) and its board
 #: power (SXM, watts). Assumptions of the on-paper cost estimate, not measurements.
 A100_BF16_PEAK, A100_WATTS = 312e12, 400.0
+#: Model FLOPs utilisation of published training runs (Chowdhery et al., 2022, Table 3).
+PUBLISHED_MFU: dict[str, float] = {"GPT-3": 0.213, "Gopher": 0.325, "Megatron-Turing NLG": 0.302,
+                                   "PaLM": 0.462}
 #: Assumed prices of the on-paper estimate: a cloud GPU-hour (USD) and a kilowatt-hour (USD).
 PRICE_PER_GPU_HOUR, PRICE_PER_KWH = 2.0, 0.15
 

@@ -138,6 +138,36 @@ CHINCHILLA_EXPONENTS: dict[str, tuple[float, float]] = {
 CHINCHILLA_MODEL, GOPHER_MODEL = (70e9, 1.4e12), (280e9, 300e9)
 #: Gopher's training compute as Hoffmann et al. count it (their Table 3 and Figure 1), FLOPs.
 GOPHER_FLOPS = 5.76e23
+#: Hoffmann et al.'s Table 3 (approach 1's projections): (parameters, FLOPs, tokens) per row.
+CHINCHILLA_TABLE3: tuple[tuple[float, float, float], ...] = (
+    (400e6, 1.92e19, 8.0e9), (1e9, 1.21e20, 20.2e9), (10e9, 1.23e22, 205.1e9),
+    (67e9, 5.76e23, 1.5e12), (175e9, 3.85e24, 3.7e12), (280e9, 9.90e24, 5.9e12),
+    (520e9, 3.43e25, 11.0e12), (1e12, 1.27e26, 21.2e12), (10e12, 1.30e28, 216.2e12))
+#: Kaplan et al.'s compute-efficient model size (their Figure 14, left):
+#: N_opt = 1.3e9 C_min^0.73, N non-embedding, C_min in PF-days.
+KAPLAN_N_OPT_COEFFICIENT = 1.3e9
+#: Published training runs: name -> (parameters, training tokens, training FLOPs as published or
+#: 6ND). GPT-3: Brown et al. (2020), Table D.1 (3,640 PF-days); Gopher and Chinchilla: Hoffmann
+#: et al. (2022), Table 1 and their count of Gopher's budget; Llama 3 8B: Dubey et al. (2024),
+#: about 15 trillion tokens, its FLOPs 6ND.
+PUBLISHED_RUNS: dict[str, tuple[float, float, float]] = {
+    "GPT-3 175B": (175e9, 300e9, 3.64e3 * 1e15 * 86400),
+    "Gopher 280B": (280e9, 300e9, GOPHER_FLOPS),
+    "Chinchilla 70B": (70e9, 1.4e12, 6 * 70e9 * 1.4e12),
+    "Llama 3 8B": (8e9, 15e12, 6 * 8e9 * 15e12)}
+
+
+def kaplan_optimal_n(flops: float) -> float:
+    r"""Kaplan et al.'s compute-efficient non-embedding size, :math:`1.3 \times 10^9\,
+    C_{\min}^{0.73}` with :math:`C_{\min}` in PF-days (their Figure 14); ``flops`` in FLOPs.
+
+    Example:
+        >>> f"{kaplan_optimal_n(3.64e3 * 8.64e19):.2g}"  # at GPT-3's compute
+        '5.2e+11'
+    """
+    if flops <= 0:
+        raise ValueError(f"flops must be positive, got {flops}")
+    return KAPLAN_N_OPT_COEFFICIENT * (flops / 8.64e19) ** KAPLAN_N_EXPONENT
 
 
 def chinchilla_loss(n_params: torch.Tensor, n_tokens: torch.Tensor, E: float = CHINCHILLA.E,
@@ -228,9 +258,50 @@ class PowerLawFit:
     level: float
 
 
+def bootstrap_interval(x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor,
+                       level: float = 0.9) -> tuple[float, float]:
+    r"""A percentile bootstrap interval of a power law's exponent, from given resamples.
+
+    Taught in chapter 5, section 6. Row ``b`` of ``indices`` is one resample of the points (drawn
+    with replacement); its exponent is the least-squares slope of :math:`\log y` on
+    :math:`\log x` over those points (:func:`fit_power_law`). A resample whose ``x`` are all
+    equal has no slope and is skipped. The interval is the central ``level`` of the slopes:
+    their :math:`(1 - \text{level})/2` and :math:`(1 + \text{level})/2` quantiles, linearly
+    interpolated (``torch.quantile``'s default, as ``numpy.quantile``'s). Float64 throughout.
+
+    Args:
+        x, y: 1-D tensors of ``n`` positive values.
+        indices: ``(n_boot, n)`` integer tensor, each row the positions of one resample.
+        level: the interval's coverage, e.g. 0.9.
+
+    Returns:
+        ``(lo, hi)`` as Python floats.
+
+    Example:
+        >>> x = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64).exp()  # log x = 0, 1, 2
+        >>> y = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64).exp()  # log y = 1, 0, 0
+        >>> idx = torch.tensor([[0, 1, 2], [0, 0, 1], [1, 2, 2], [2, 2, 2], [0, 2, 2]])
+        >>> bootstrap_interval(x, y, idx, level=0.5)  # slopes -0.5, -1, 0, (none), -0.5
+        (-0.625, -0.375)
+    """
+    u, v = x.double().log()[indices], y.double().log()[indices]  # (n_boot, n)
+    keep = ~(u == u[:, :1]).all(1)  # resamples with at least two distinct x
+    u, v = u[keep], v[keep]
+    if u.shape[0] == 0:
+        raise ValueError("every resample has a single distinct x: no slope to bootstrap")
+    u_c = u - u.mean(1, keepdim=True)
+    slopes = (u_c * (v - v.mean(1, keepdim=True))).sum(1) / (u_c * u_c).sum(1)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(slopes, q).tolist()
+    return float(lo), float(hi)
+
+
 def bootstrap_power_law(x: ArrayLike, y: ArrayLike, n_boot: int = 1000, level: float = 0.9,
                         seed: int = 0) -> PowerLawFit:
     """:func:`fit_power_law` and a percentile bootstrap interval of its exponent (points resampled).
+
+    The resamples are drawn with ``numpy.random.default_rng(seed)``; the interval is
+    :func:`bootstrap_interval`'s.
 
     Example:
         >>> x = torch.logspace(0, 3, 8, dtype=torch.float64)
@@ -238,18 +309,13 @@ def bootstrap_power_law(x: ArrayLike, y: ArrayLike, n_boot: int = 1000, level: f
         >>> round(fit.exponent, 6), fit.exponent_ci[0] <= -0.5 <= fit.exponent_ci[1]
         (-0.5, True)
     """
-    lx = np.log(_positive("x", x)).ravel()
-    ly = np.log(_positive("y", y)).ravel()
-    k, c = fit_power_law(torch.as_tensor(np.exp(lx)), torch.as_tensor(np.exp(ly)))
+    x64 = torch.as_tensor(_positive("x", x).ravel())
+    y64 = torch.as_tensor(_positive("y", y).ravel())
+    k, c = fit_power_law(x64, y64)
     rng = np.random.default_rng(seed)
-    slopes = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, lx.size, lx.size)
-        if np.ptp(lx[idx]) == 0:
-            continue  # all resampled points at one x: no slope
-        slopes.append(np.polyfit(lx[idx], ly[idx], 1)[0])
-    lo, hi = np.quantile(slopes, [(1 - level) / 2, (1 + level) / 2])
-    return PowerLawFit(k, c, (float(lo), float(hi)), level)
+    indices = np.stack([rng.integers(0, x64.numel(), x64.numel()) for _ in range(n_boot)])
+    lo, hi = bootstrap_interval(x64, y64, torch.as_tensor(indices), level)
+    return PowerLawFit(k, c, (lo, hi), level)
 
 
 def _huber(r: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:

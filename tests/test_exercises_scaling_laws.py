@@ -10,15 +10,16 @@ import pytest
 import torch
 from scipy import optimize, stats
 
-from course_lib import counting, flops, gpt, grading, scaling
+from course_lib import complexity, counting, flops, gpt, grading, scaling
 from course_lib.exercises import scaling_laws as ex5
 from tests.conftest import solution
 
 pytestmark = pytest.mark.ch05
 
 SLUG = "05-scaling-laws"
-NAMES = ["param_count", "forward_flops_per_token", "training_flops", "mfu", "fit_power_law",
-         "chinchilla_loss", "compute_optimal"]
+NAMES = ["param_count", "forward_flops_per_token", "training_flops", "mfu", "chinchilla_loss",
+         "compute_optimal", "isoflop_minimum", "fit_power_law", "bootstrap_interval",
+         "training_state_bytes"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,6 +59,48 @@ def test_compute_optimal_reference_is_the_numerical_optimum() -> None:
     assert 6 * n * d == pytest.approx(3.2e15)
 
 
+def test_isoflop_reference_is_the_least_squares_vertex() -> None:
+    """On an exact parabola in log N the minimum is its vertex, between the sizes."""
+    n = torch.logspace(3, 5, 6, dtype=torch.float64)
+    loss = 2.0 + 0.1 * (n.log() - math.log(5e3)) ** 2
+    n_opt, value = ex5.isoflop_minimum(n, loss)
+    assert n_opt == pytest.approx(5e3, rel=1e-9) and value == pytest.approx(2.0, abs=1e-12)
+
+
+def test_bootstrap_interval_equals_numpy_on_a_loop() -> None:
+    """The reference against a plain loop of numpy fits and numpy's linear quantiles."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.logspace(1, 4, 7, dtype=torch.float64)
+    y = 3.0 * x**-0.3 * torch.exp(0.1 * torch.randn(7, generator=g, dtype=torch.float64))
+    idx = torch.randint(7, (300, 7), generator=g)
+    idx[5] = 2  # a resample of one point: skipped
+    slopes = [np.polyfit(np.log(x.numpy()[r]), np.log(y.numpy()[r]), 1)[0]
+              for r in idx.numpy() if np.ptp(x.numpy()[r]) > 0]
+    assert len(slopes) < 300
+    lo, hi = np.quantile(slopes, [0.05, 0.95])
+    assert scaling.bootstrap_interval(x, y, idx, 0.9) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_training_state_bytes_reproduces_zero_figure_1() -> None:
+    """Rajbhandari et al. (2020), Figure 1: 7.5B parameters, 64 GPUs: 120, 31.4, 16.6, 1.88 GB."""
+    got = [counting.training_state_bytes(7_500_000_000, 64, s) / 1e9
+           for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert [round(g, 2) for g in got] == [120.0, 31.41, 16.64, 1.88]
+    assert counting.training_state_bytes(10, 4, "tensor", 2) == 16 * (2 + 2)
+
+
+def test_fp32_adamw_keeps_sixteen_bytes_a_parameter() -> None:
+    """The chapter's measurement: float32 weights, gradients and AdamW's two moments."""
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 8, dtype=torch.long)).square().mean().backward()
+    opt.step()
+    held = sum(4 * p.numel() * 2 for p in model.parameters())
+    held += sum(t.numel() * t.element_size() for s in opt.state.values()
+                for k, t in s.items() if k != "step")
+    assert held == 16 * counting.count_parameters(model)
+
+
 def test_mfu_reference_uses_six_n() -> None:
     assert ex5.mfu(1000.0, 1e6, 2e10) == pytest.approx(0.3)
     assert ex5.mfu(1000.0, 1e6, 2e10) == pytest.approx(flops.mfu(1000.0, 6e6, 2e10))
@@ -73,6 +116,18 @@ def test_mfu_reference_uses_six_n() -> None:
     ("mfu", lambda tokens_per_second, n_params, peak_flops:
      flops.mfu(tokens_per_second, 6 * n_params, peak_flops)),
     ("fit_power_law", lambda x, y: scaling.fit_power_law(x, y)),
+    ("fit_power_law", lambda x, y: (complexity.loglog_slope(x.tolist(), y.tolist()),
+                                    math.exp(float(y.double().log().mean()
+                                                   - complexity.loglog_slope(x.tolist(),
+                                                                             y.tolist())
+                                                   * x.double().log().mean())))),
+    ("isoflop_minimum", lambda n_params, loss: (
+        scaling.isoflop_minimum(1.0, n_params, loss).n_opt,
+        scaling.isoflop_minimum(1.0, n_params, loss).loss)),
+    ("bootstrap_interval", lambda x, y, indices, level=0.9:
+     scaling.bootstrap_interval(x, y, indices, level)),
+    ("training_state_bytes", lambda n_params, n_gpus, scheme, n_replicated=0:
+     counting.training_state_bytes(n_params, n_gpus, scheme, n_replicated)),
     ("chinchilla_loss", lambda n_params, n_tokens, E, A, B, alpha, beta:
      scaling.chinchilla_loss(n_params, n_tokens, E, A, B, alpha, beta)),
     ("compute_optimal", lambda flops, A, B, alpha, beta:

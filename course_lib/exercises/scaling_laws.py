@@ -1,25 +1,47 @@
 """Graded exercises of chapter 5, "How large are the models": references, hidden cases, slips.
 
-Every exercise is solvable with plain Python (and torch for the two over tensors). The
-reference-call guard fails a solution that calls course_lib's implementation of any exercise of
-this chapter: the parameter counts of :mod:`course_lib.counting` (and chapter 4's
-:func:`course_lib.gpt.gpt_params`), the FLOP counts and MFU of :mod:`course_lib.flops`, and the
-fits and laws of :mod:`course_lib.scaling`.
+Every exercise is solvable with plain Python and torch. Six are short warm-ups on a formula the
+chapter prints (``param_count``, ``forward_flops_per_token``, ``training_flops``, ``mfu``,
+``chinchilla_loss``, ``fit_power_law``); four ask the student to work something out that the
+chapter does not print: the compute-optimal allocation derived from the loss and the budget
+(``compute_optimal``), an IsoFLOP minimum located on the shipped sweep (``isoflop_minimum``), a
+bootstrap interval (``bootstrap_interval``) and the bytes of training state per GPU under data,
+ZeRO and tensor parallelism (``training_state_bytes``).
 
-Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
-sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
-mistakes, each with the message its author reads.
+The reference-call guard fails a solution that calls course_lib's implementation of any exercise:
+the parameter counts and state bytes of :mod:`course_lib.counting` (and chapter 4's
+:func:`course_lib.gpt.gpt_params`), the FLOP counts and MFU of :mod:`course_lib.flops`, the fits
+and laws of :mod:`course_lib.scaling`, and chapter 6's :func:`course_lib.complexity.loglog_slope`.
+
+Case builders use torch, plain Python, the shipped sweep (``isoflop_minimum``, as its statement
+says) and :mod:`course_lib.exercises._common` only; every random value comes from
+:func:`~course_lib.exercises._common.gen`, so the grading run's secret reaches it. Slips
+(:class:`~course_lib.grading.Slip`) are the common mistakes, each with the message its author
+reads.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from course_lib import counting, flops, gpt, scaling
+from course_lib import complexity, counting, flops, gpt, scaling, sweep
 from course_lib.exercises._common import f32, f64, gen
 from course_lib.grading import Case, Exercise, Slip
+
+
+def _ints(seed: int, *ranges: tuple[int, int]) -> list[int]:
+    """One integer from each inclusive range ``(low, high)``, all from seed ``seed``."""
+    g = gen(seed)
+    return [lo + int(torch.randint(hi - lo + 1, (1,), generator=g)) for lo, hi in ranges]
+
+
+def _logs(seed: int, *ranges: tuple[float, float]) -> list[float]:
+    """One float from each range ``(low, high)``, uniform in its logarithm, from seed ``seed``."""
+    g = gen(seed)
+    return [float(lo * (hi / lo) ** torch.rand((), generator=g, dtype=f64)) for lo, hi in ranges]
 
 
 # 1. param_count --------------------------------------------------------------------------------
@@ -33,16 +55,24 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, tied: 
 
 
 def _count_cases() -> list[Case]:
-    def case(d: int, L: int, V: int, T: int, tied: bool, biases: bool):
+    def fixed(d: int, L: int, V: int, T: int, tied: bool, biases: bool):
         return lambda: {"d_model": d, "n_layers": L, "vocab_size": V, "n_ctx": T, "tied": tied,
                         "biases": biases}
+
+    def drawn(seed: int, tied: bool, biases: bool):
+        def build() -> dict:
+            d, L, V, T = _ints(seed, (8, 512), (1, 24), (2, 60000), (1, 4096))
+            return {"d_model": d, "n_layers": L, "vocab_size": V, "n_ctx": T, "tied": tied,
+                    "biases": biases}
+        return build
     return [
-        Case("a GPT-2-sized model, tied, with biases", case(1024, 24, 50257, 1024, True, True)),
-        Case("a small model, untied, with biases", case(64, 3, 83, 128, False, True)),
-        Case("a small model, tied, no biases", case(48, 2, 65, 64, True, False)),
-        Case("untied and no biases", case(96, 5, 1000, 256, False, False)),
-        Case("one layer", case(16, 1, 27, 32, True, True)),
-        Case("no layers: embeddings and the final norm only", case(32, 0, 50, 16, False, True)),
+        Case("a GPT-2-sized model, tied, with biases", fixed(1024, 24, 50257, 1024, True, True)),
+        Case("a random model, untied, with biases", drawn(10, False, True)),
+        Case("a random model, tied, no biases", drawn(11, True, False)),
+        Case("a random model, untied and no biases", drawn(12, False, False)),
+        Case("a random model, tied, with biases", drawn(13, True, True)),
+        Case("one layer", fixed(16, 1, 27, 32, True, True)),
+        Case("no layers: embeddings and the final norm only", fixed(32, 0, 50, 16, False, True)),
     ]
 
 
@@ -89,13 +119,21 @@ _COUNT_SLIPS = (
 
 
 def _forward_cases() -> list[Case]:
-    def case(n: float, L: int, T: int, d: int):
+    def fixed(n: float, L: int, T: int, d: int):
         return lambda: {"n_params": n, "n_layers": L, "n_ctx": T, "d_model": d}
+
+    def drawn(seed: int):
+        def build() -> dict:
+            L, T, d = _ints(seed, (2, 96), (2, 8192), (16, 8192))
+            return {"n_params": float(12 * L * d * d + 13 * L * d), "n_layers": L, "n_ctx": T,
+                    "d_model": d}
+        return build
     return [
-        Case("GPT-3-sized", case(174.6e9, 96, 2048, 12288)),
-        Case("a small model, long context", case(1.2e5, 4, 4096, 48)),
-        Case("one layer", case(3312.0, 1, 64, 16)),
-        Case("context of one token", case(5e6, 8, 1, 256)),
+        Case("GPT-3-sized", fixed(174.6e9, 96, 2048, 12288)),
+        Case("a random model", drawn(20)),
+        Case("another random model", drawn(21)),
+        Case("one layer", fixed(3312.0, 1, 64, 16)),
+        Case("context of one token", fixed(5e6, 8, 1, 256)),
     ]
 
 
@@ -114,13 +152,21 @@ _FORWARD_SLIPS = (
 
 
 def _training_cases() -> list[Case]:
-    def case(n: float, D: float, L: int = 0, T: int = 0, d: int = 0):
+    def fixed(n: float, D: float, L: int = 0, T: int = 0, d: int = 0):
         return lambda: {"n_params": n, "n_tokens": D, "n_layers": L, "n_ctx": T, "d_model": d}
+
+    def drawn(seed: int, attention: bool):
+        def build() -> dict:
+            n, D = _logs(seed, (1e4, 1e12), (1e6, 2e13))
+            L, T, d = _ints(seed + 1, (1, 96), (1, 8192), (16, 8192)) if attention else (0, 0, 0)
+            return {"n_params": n, "n_tokens": D, "n_layers": L, "n_ctx": T, "d_model": d}
+        return build
     return [
-        Case("GPT-3 175B, attention left out", case(175e9, 300e9)),
-        Case("a small run with attention", case(25472.0, 6.5e6, 2, 64, 32)),
-        Case("a large context", case(1e9, 2e10, 24, 8192, 2048)),
-        Case("no tokens", case(1e6, 0.0, 4, 128, 64)),
+        Case("GPT-3 175B, attention left out", fixed(175e9, 300e9)),
+        Case("a random run, attention left out", drawn(30, False)),
+        Case("a random run with attention", drawn(32, True)),
+        Case("a small run with attention", fixed(25472.0, 6.5e6, 2, 64, 32)),
+        Case("no tokens", fixed(1e6, 0.0, 4, 128, 64)),
     ]
 
 
@@ -145,13 +191,21 @@ def mfu(tokens_per_second: float, n_params: float, peak_flops: float) -> float:
 
 
 def _mfu_cases() -> list[Case]:
-    def case(tps: float, n: float, peak: float):
+    def fixed(tps: float, n: float, peak: float):
         return lambda: {"tokens_per_second": tps, "n_params": n, "peak_flops": peak}
+
+    def drawn(seed: int):
+        def build() -> dict:
+            n, peak = _logs(seed, (1e5, 1e11), (1e11, 2e15))
+            u = _logs(seed + 1, (0.02, 0.7))[0]
+            return {"tokens_per_second": u * peak / (6 * n), "n_params": n, "peak_flops": peak}
+        return build
     return [
-        Case("a GPU run", case(3.2e5, 124e6, 312e12)),
-        Case("a CPU run", case(5.1e4, 1.0e5, 1.5e11)),
-        Case("a large model", case(1.5e3, 70e9, 989e12)),
-        Case("idle", case(0.0, 1e6, 1e12)),
+        Case("a GPU run", fixed(3.2e5, 124e6, 312e12)),
+        Case("a random run", drawn(40)),
+        Case("another random run", drawn(42)),
+        Case("a large model", fixed(1.5e3, 70e9, 989e12)),
+        Case("idle", fixed(0.0, 1e6, 1e12)),
     ]
 
 
@@ -168,78 +222,32 @@ _MFU_SLIPS = (
 )
 
 
-# 5. fit_power_law ------------------------------------------------------------------------------
+# 5. chinchilla_loss ----------------------------------------------------------------------------
+
+_PUBLISHED = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
-def _power_cases() -> list[Case]:
-    def noisy(seed: int, n: int, k: float, c: float, dtype: torch.dtype, lo: float, hi: float):
-        def build() -> dict:
-            x = torch.logspace(lo, hi, n, dtype=torch.float64)
-            noise = torch.exp(0.05 * torch.randn(n, generator=gen(seed), dtype=torch.float64))
-            return {"x": x.to(dtype), "y": (c * x**k * noise).to(dtype)}
-        return build
-    return [
-        Case("float64, a falling law with noise", noisy(0, 9, -0.3, 12.0, f64, 3, 6)),
-        Case("float32, a falling law with noise", noisy(1, 7, -0.08, 4.5, f32, 3, 5), rtol=1e-3,
-             atol=1e-6),
-        Case("float64, a rising law with noise", noisy(2, 6, 0.5, 0.02, f64, 10, 13)),
-        Case("float64, two points (exact)", lambda: {
-            "x": torch.tensor([2.0, 8.0], dtype=f64), "y": torch.tensor([5.0, 2.5], dtype=f64)}),
-        Case("float32, an exact law", lambda: {
-            "x": torch.tensor([1e3, 1e4, 1e5, 1e6], dtype=f32),
-            "y": torch.tensor([3.0, 3.0 * 10**-0.2, 3.0 * 10**-0.4, 3.0 * 10**-0.6],
-                              dtype=f32)}, rtol=1e-3, atol=1e-6),
-    ]
-
-
-def _power_slip(kind: str):
-    def fit(x, y):
-        x64, y64 = x.double(), y.double()
-        log = torch.log10 if kind == "log10" else torch.log
-        lx, ly = log(x64), log(y64)
-        if kind == "swapped":
-            lx, ly = ly, lx
-        if kind == "linear":
-            lx, ly = x64, y64
-        lx_c = lx - lx.mean()
-        k = float((lx_c * (ly - ly.mean())).sum() / (lx_c * lx_c).sum())
-        intercept = float(ly.mean() - k * lx.mean())
-        if kind == "log_coefficient":
-            return k, intercept
-        return k, math.exp(intercept)
-    return fit
-
-
-_POWER_SLIPS = (
-    Slip("the intercept is a natural log (log c): return c = exp(intercept)",
-         _power_slip("log_coefficient")),
-    Slip("the intercept of a base-10 fit is log10(c): undo it with 10**intercept, not exp (or "
-         "use natural logs throughout)", _power_slip("log10")),
-    Slip("regress log y on log x (x is the input): you fitted log x on log y",
-         _power_slip("swapped")),
-    Slip("a power law is a straight line in log-log: take the logarithms of x and y first",
-         _power_slip("linear")),
-)
-
-
-# 6. chinchilla_loss ----------------------------------------------------------------------------
+def _drawn_law(seed: int) -> dict[str, float]:
+    """Random constants of E + A/N^alpha + B/D^beta, with alpha != beta and A != B."""
+    E, A, B = _logs(seed, (0.5, 3.0), (3.0, 3000.0), (3.0, 3000.0))
+    alpha, beta = _logs(seed + 1, (0.15, 0.9), (0.15, 0.9))
+    return {"E": E, "A": A, "B": B, "alpha": alpha, "beta": beta}
 
 
 def _chinchilla_cases() -> list[Case]:
-    def case(seed: int, shape: tuple[int, ...], dtype: torch.dtype, **constants: float):
+    def case(seed: int, shape: tuple[int, ...], dtype: torch.dtype, constants: dict | None):
         def build() -> dict:
             g = gen(seed)
             n = 10 ** (3 + 8 * torch.rand(shape, generator=g, dtype=torch.float64))
             d = 10 ** (5 + 8 * torch.rand(shape, generator=g, dtype=torch.float64))
-            return {"n_params": n.to(dtype), "n_tokens": d.to(dtype), **constants}
+            law = _drawn_law(seed + 100) if constants is None else constants
+            return {"n_params": n.to(dtype), "n_tokens": d.to(dtype), **law}
         return build
-    published = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
-    other = {"E": 0.8, "A": 25.0, "B": 900.0, "alpha": 0.45, "beta": 0.2}
     return [
-        Case("float64, the published constants", case(0, (6,), f64, **published)),
-        Case("float32, the published constants", case(1, (2, 3), f32, **published)),
-        Case("float64, other constants", case(2, (1, 5), f64, **other)),
-        Case("float32, other constants, one point", case(3, (1,), f32, **other)),
+        Case("float64, the published constants", case(50, (6,), f64, _PUBLISHED)),
+        Case("float32, the published constants", case(51, (2, 3), f32, _PUBLISHED)),
+        Case("float64, other constants", case(52, (1, 5), f64, None)),
+        Case("float32, other constants, one point", case(53, (1,), f32, None)),
     ]
 
 
@@ -256,7 +264,7 @@ _CHINCHILLA_SLIPS = (
 )
 
 
-# 7. compute_optimal ----------------------------------------------------------------------------
+# 6. compute_optimal ----------------------------------------------------------------------------
 
 
 def compute_optimal(flops: float, A: float, B: float, alpha: float, beta: float,
@@ -266,13 +274,22 @@ def compute_optimal(flops: float, A: float, B: float, alpha: float, beta: float,
 
 
 def _optimal_cases() -> list[Case]:
-    def case(C: float, A: float, B: float, alpha: float, beta: float):
+    def fixed(C: float, A: float, B: float, alpha: float, beta: float):
         return lambda: {"flops": C, "A": A, "B": B, "alpha": alpha, "beta": beta}
+
+    def drawn(seed: int):
+        def build() -> dict:
+            law = _drawn_law(seed)
+            return {"flops": _logs(seed + 2, (1e10, 1e26))[0], "A": law["A"], "B": law["B"],
+                    "alpha": law["alpha"], "beta": law["beta"]}
+        return build
     return [
-        Case("Gopher's budget, the published constants", case(5.76e23, 406.4, 410.7, 0.34, 0.28)),
-        Case("a small budget, the published constants", case(1e12, 406.4, 410.7, 0.34, 0.28)),
-        Case("equal exponents", case(1e20, 50.0, 200.0, 0.3, 0.3)),
-        Case("a data-hungry law", case(3.2e15, 12.0, 700.0, 0.6, 0.25)),
+        Case("Gopher's budget, the published constants", fixed(5.76e23, 406.4, 410.7, 0.34, 0.28)),
+        Case("a small budget, the published constants", fixed(1e12, 406.4, 410.7, 0.34, 0.28)),
+        Case("a random law and budget", drawn(60)),
+        Case("another random law and budget", drawn(63)),
+        Case("equal exponents", fixed(1e20, 50.0, 200.0, 0.3, 0.3)),
+        Case("a data-hungry law", fixed(3.2e15, 12.0, 700.0, 0.6, 0.25)),
     ]
 
 
@@ -285,6 +302,10 @@ def _optimal_slip(kind: str):
             a, b = b, a
         if kind == "g_inverted":
             g = 1 / g
+        if kind == "g_left_out":
+            g = 1.0
+        if kind == "g_no_root":
+            g = alpha * A / (beta * B)
         n = g * budget**a
         return n, (budget**b / g if kind != "d_from_c" else flops / n)
     return solve
@@ -292,11 +313,280 @@ def _optimal_slip(kind: str):
 
 _OPTIMAL_SLIPS = (
     Slip("the budget is C = 6 N D: solve with N D = C / 6", _optimal_slip("no_six")),
-    Slip("N_opt grows as (C/6)^(beta / (alpha + beta)) and D_opt as (C/6)^(alpha / (alpha + "
-         "beta))", _optimal_slip("exponents")),
-    Slip("G = (alpha A / (beta B))^(1 / (alpha + beta)) multiplies N_opt and divides D_opt",
-         _optimal_slip("g_inverted")),
+    Slip("the exponents are swapped: N_opt grows faster when the data term falls faster "
+         "(larger beta)", _optimal_slip("exponents")),
+    Slip("the constant in front is inverted: a larger A (a costlier parameter term) must make "
+         "N_opt larger, not smaller", _optimal_slip("g_inverted")),
+    Slip("the constant in front is missing: with A != B or alpha != beta, N_opt is not "
+         "(C/6)^a alone", _optimal_slip("g_left_out")),
+    Slip("the constant in front needs the same 1/(alpha + beta) power as the rest of the "
+         "solution", _optimal_slip("g_no_root")),
     Slip("D_opt = C / (6 N_opt): the 6 is in the budget", _optimal_slip("d_from_c")),
+)
+
+
+# 7. isoflop_minimum ----------------------------------------------------------------------------
+
+
+def isoflop_minimum(n_params: torch.Tensor, loss: torch.Tensor) -> tuple[float, float]:
+    """Reference: :func:`course_lib.scaling.isoflop_minimum`: ``(N_opt, loss there)``."""
+    m = scaling.isoflop_minimum(1.0, n_params.double(), loss.double())
+    return m.n_opt, m.loss
+
+
+def _isoflop_cases() -> list[Case]:
+    def profile(budget_index: int):
+        def build() -> dict:
+            rows = [r for r in sweep.read_csv() if not r["heldout"]]
+            budget = sorted({r["budget"] for r in rows})[budget_index]
+            group = [r for r in rows if r["budget"] == budget]
+            return {"n_params": torch.tensor([r["params_nonembedding"] for r in group], dtype=f64),
+                    "loss": torch.tensor([r["val_loss"] for r in group], dtype=f64)}
+        return build
+
+    def drawn(seed: int, n: int, dtype: torch.dtype):
+        def build() -> dict:
+            g = gen(seed)
+            log_n = torch.linspace(6.0, 11.0, n, dtype=f64) + torch.rand((), generator=g, dtype=f64)
+            best = log_n[1] + (log_n[-2] - log_n[1]) * torch.rand((), generator=g, dtype=f64)
+            curve = 0.03 + 0.1 * torch.rand((), generator=g, dtype=f64)
+            noise = 0.004 * torch.randn(n, generator=g, dtype=f64)
+            loss = 1.5 + curve * (log_n - best) ** 2 + noise
+            return {"n_params": log_n.exp().to(dtype), "loss": loss.to(dtype)}
+        return build
+    return [
+        Case("the sweep's smallest budget", profile(0), rtol=1e-6, atol=1e-9),
+        Case("the sweep's middle budget", profile(2), rtol=1e-6, atol=1e-9),
+        Case("the sweep's largest budget", profile(4), rtol=1e-6, atol=1e-9),
+        Case("float64, a noisy profile of 7 sizes", drawn(70, 7, f64), rtol=1e-6, atol=1e-9),
+        Case("float32, a noisy profile of 5 sizes", drawn(71, 5, f32), rtol=1e-6, atol=1e-9),
+        Case("float64, a noisy profile of 4 sizes", drawn(72, 4, f64), rtol=1e-6, atol=1e-9),
+    ]
+
+
+def _isoflop_slip(kind: str):
+    def locate(n_params, loss):
+        n, v = n_params.double().numpy(), loss.double().numpy()
+        if kind == "argmin":
+            i = int(np.argmin(v))
+            return float(n[i]), float(v[i])
+        if kind == "three_points":
+            keep = np.argsort(v)[:3]
+            n, v = n[keep], v[keep]
+        x = n if kind == "linear_n" else np.log(n)
+        c2, c1, c0 = np.polyfit(x, v, 2)
+        best = -c1 / (2 * c2)
+        value = float(c0 + c1 * best + c2 * best * best)
+        if kind in ("linear_n", "no_exp"):
+            return float(best), value
+        return float(math.exp(best)), value
+    return locate
+
+
+_ISOFLOP_SLIPS = (
+    Slip("that is the best measured size; the minimum lies between the sizes: fit the parabola "
+         "and take its vertex", _isoflop_slip("argmin")),
+    Slip("a parabola through the three lowest points interpolates the noise; fit all the sizes "
+         "by least squares", _isoflop_slip("three_points")),
+    Slip("fit the parabola in log N, not in N: the profiles are parabolas on a log axis",
+         _isoflop_slip("linear_n")),
+    Slip("the vertex is a log N: return N_opt = exp(vertex)", _isoflop_slip("no_exp")),
+)
+
+
+# 8. fit_power_law ------------------------------------------------------------------------------
+
+
+def _power_cases() -> list[Case]:
+    def noisy(seed: int, n: int, k: float, c: float, dtype: torch.dtype, lo: float, hi: float):
+        def build() -> dict:
+            x = torch.logspace(lo, hi, n, dtype=torch.float64)
+            noise = torch.exp(0.05 * torch.randn(n, generator=gen(seed), dtype=torch.float64))
+            return {"x": x.to(dtype), "y": (c * x**k * noise).to(dtype)}
+        return build
+    return [
+        Case("float64, a falling law with noise", noisy(80, 9, -0.3, 12.0, f64, 3, 6)),
+        Case("float32, a falling law with noise", noisy(81, 7, -0.08, 4.5, f32, 3, 5), rtol=1e-3,
+             atol=1e-6),
+        Case("float64, a rising law with noise", noisy(82, 6, 0.5, 0.02, f64, 10, 13)),
+        Case("float64, two points (exact)", lambda: {
+            "x": torch.tensor([2.0, 8.0], dtype=f64), "y": torch.tensor([5.0, 2.5], dtype=f64)}),
+        Case("float32, an exact law", lambda: {
+            "x": torch.tensor([1e3, 1e4, 1e5, 1e6], dtype=f32),
+            "y": torch.tensor([3.0, 3.0 * 10**-0.2, 3.0 * 10**-0.4, 3.0 * 10**-0.6],
+                              dtype=f32)}, rtol=1e-3, atol=1e-6),
+    ]
+
+
+def _power_slip(kind: str):
+    def fit(x, y):
+        x64, y64 = x.double(), y.double()
+        log = torch.log10 if kind == "log10" else torch.log
+        lx, ly = log(x64), log(y64)
+        if kind == "swapped":  # log x = a + b log y, inverted to log y = -a/b + (1/b) log x
+            ly_c = ly - ly.mean()
+            b = float((ly_c * (lx - lx.mean())).sum() / (ly_c * ly_c).sum())
+            a = float(lx.mean() - b * ly.mean())
+            return 1 / b, math.exp(-a / b)
+        if kind == "linear":
+            lx, ly = x64, y64
+        lx_c = lx - lx.mean()
+        k = float((lx_c * (ly - ly.mean())).sum() / (lx_c * lx_c).sum())
+        intercept = float(ly.mean() - k * lx.mean())
+        if kind == "log_coefficient":
+            return k, intercept
+        return k, math.exp(intercept)
+    return fit
+
+
+_POWER_SLIPS = (
+    Slip("the intercept is a natural log (log c): return c = exp(intercept)",
+         _power_slip("log_coefficient")),
+    Slip("the intercept of a base-10 fit is log10(c): undo it with 10**intercept, not exp (or "
+         "use natural logs throughout)", _power_slip("log10")),
+    Slip("regress log y on log x (x is the input): you fitted log x on log y, which gives "
+         "another line as soon as the points are noisy", _power_slip("swapped")),
+    Slip("a power law is a straight line in log-log: take the logarithms of x and y first",
+         _power_slip("linear")),
+)
+
+
+# 9. bootstrap_interval -------------------------------------------------------------------------
+
+
+def _bootstrap_cases() -> list[Case]:
+    def drawn(seed: int, n: int, n_boot: int, level: float, dtype: torch.dtype,
+              degenerate: bool = True):
+        def build() -> dict:
+            g = gen(seed)
+            x = torch.logspace(2, 6, n, dtype=f64) * torch.exp(0.1 * torch.randn(n, generator=g,
+                                                                                  dtype=f64))
+            y = 5.0 * x**-0.2 * torch.exp(0.08 * torch.randn(n, generator=g, dtype=f64))
+            indices = torch.randint(n, (n_boot, n), generator=g)
+            if degenerate:  # a resample of one point, repeated: it has no slope
+                indices[n_boot // 2] = int(torch.randint(n, (1,), generator=g))
+            return {"x": x.to(dtype), "y": y.to(dtype), "indices": indices, "level": level}
+        return build
+    return [
+        Case("float64, 8 points, 400 resamples, 90%", drawn(90, 8, 400, 0.9, f64), rtol=1e-6,
+             atol=1e-9),
+        Case("float32, 6 points, 250 resamples, 80%", drawn(91, 6, 250, 0.8, f32), rtol=1e-4,
+             atol=1e-6),
+        Case("float64, 12 points, 1000 resamples, 95%", drawn(92, 12, 1000, 0.95, f64),
+             rtol=1e-6, atol=1e-9),
+        Case("float64, 5 points, 9 resamples, 50%", drawn(93, 5, 9, 0.5, f64), rtol=1e-6,
+             atol=1e-9),
+        Case("float64, one resample", drawn(94, 7, 1, 0.9, f64, degenerate=False), rtol=1e-6,
+             atol=1e-9),
+    ]
+
+
+def _bootstrap_slip(kind: str):
+    def interval(x, y, indices, level=0.9):
+        u, v = x.double().log()[indices], y.double().log()[indices]
+        if kind == "swapped":
+            u, v = v, u
+        if kind != "no_skip":
+            keep = ~(u == u[:, :1]).all(1)
+            u, v = u[keep], v[keep]
+        u_c = u - u.mean(1, keepdim=True)
+        slopes = (u_c * (v - v.mean(1, keepdim=True))).sum(1) / (u_c * u_c).sum(1)
+        if kind == "swapped":
+            slopes = 1 / slopes
+        if kind == "level_as_tails":
+            q = [level / 2, 1 - level / 2]
+        else:
+            q = [(1 - level) / 2, (1 + level) / 2]
+        method = "nearest" if kind == "nearest_rank" else "linear"
+        lo, hi = torch.quantile(slopes, torch.tensor(q, dtype=f64), interpolation=method).tolist()
+        return float(lo), float(hi)
+    return interval
+
+
+_BOOTSTRAP_SLIPS = (
+    Slip("a resample whose x are all equal has no slope (0/0): skip it before taking the "
+         "quantiles", _bootstrap_slip("no_skip")),
+    Slip("the central 90% interval runs from the 5% to the 95% quantile: (1 - level)/2 and "
+         "(1 + level)/2", _bootstrap_slip("level_as_tails")),
+    Slip("interpolate the quantiles linearly between the sorted slopes (torch.quantile's "
+         "default), not the nearest rank", _bootstrap_slip("nearest_rank")),
+    Slip("each resample's slope regresses log y on log x, not log x on log y",
+         _bootstrap_slip("swapped")),
+)
+
+
+# 10. training_state_bytes ----------------------------------------------------------------------
+
+
+def _state_cases() -> list[Case]:
+    def fixed(n: int, gpus: int, scheme: str, replicated: int = 0):
+        return lambda: {"n_params": n, "n_gpus": gpus, "scheme": scheme,
+                        "n_replicated": replicated}
+
+    def drawn(seed: int, scheme: str, small: bool = False):
+        def build() -> dict:
+            gpus, shards, rest, replicated = _ints(
+                seed, (2, 512), (1, 50) if small else (10**4, 10**8), (1, 10**6), (0, 10**5))
+            rest = 1 + rest % (gpus - 1)  # 1 .. gpus - 1: the last shard is padded
+            n = shards * gpus + rest + (replicated if scheme == "tensor" else 0)
+            return {"n_params": n, "n_gpus": gpus, "scheme": scheme,
+                    "n_replicated": replicated if scheme == "tensor" else 0}
+        return build
+    cases = [Case(f"{scheme}, 7.5 billion parameters on 64 GPUs",
+                  fixed(7_500_000_000, 64, scheme)) for scheme in ("ddp", "zero1", "zero2",
+                                                                   "zero3")]
+    cases += [Case(f"{scheme}, a random model on a random number of GPUs", drawn(100 + i, scheme))
+              for i, scheme in enumerate(("ddp", "zero1", "zero2", "zero3", "tensor"))]
+    cases += [Case(f"{scheme}, a small model whose shards are padded",
+                   drawn(110 + i, scheme, small=True))
+              for i, scheme in enumerate(("zero1", "zero2", "zero3", "tensor"))]
+    cases += [Case("tensor, GPT-3's shapes on 8 GPUs", fixed(174_604_259_328, 8, "tensor",
+                                                             32_268_288)),
+              Case("one GPU", fixed(1_000_003, 1, "zero3"))]
+    return cases
+
+
+def _state_slip(kind: str):
+    def state(n_params, n_gpus, scheme, n_replicated=0):
+        sizes = {"weights": 2, "gradients": 2, "optimizer": 12}
+        if kind == "no_master":
+            sizes["optimizer"] = 8
+        split = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "gradients"),
+                 "zero3": ("optimizer", "gradients", "weights"),
+                 "tensor": ("optimizer", "gradients", "weights")}[scheme]
+        if kind == "zero1_grads" and scheme == "zero1":
+            split = ("optimizer", "gradients")
+        if kind == "zero2_no_grads" and scheme == "zero2":
+            split = ("optimizer",)
+        total = n_params
+        if scheme == "tensor" and kind != "tensor_replicated_split":
+            total = n_params - n_replicated
+        if kind == "floor":
+            shard = total // n_gpus
+        elif kind == "fraction":
+            shard = total / n_gpus
+        else:
+            shard = -(-total // n_gpus)
+        out = sum(b * (shard if s in split else total) for s, b in sizes.items())
+        if scheme == "tensor" and kind != "tensor_replicated_split":
+            out += 16 * n_replicated if kind != "no_master" else 12 * n_replicated
+        return out
+    return state
+
+
+_STATE_SLIPS = (
+    Slip("mixed-precision Adam keeps 16 bytes a parameter: 2 (16-bit weight) + 2 (16-bit "
+         "gradient) + 4 (32-bit master weight) + 8 (two 32-bit moments)", _state_slip("no_master")),
+    Slip("ZeRO stage 1 splits the optimizer's state only; every GPU keeps all the gradients",
+         _state_slip("zero1_grads")),
+    Slip("ZeRO stage 2 splits the gradients too, not only the optimizer's state",
+         _state_slip("zero2_no_grads")),
+    Slip("a split state is cut into n_gpus equal shards of ceil(n_params / n_gpus) parameters "
+         "(the last one padded), not floor", _state_slip("floor")),
+    Slip("return a whole number of bytes: shards hold whole parameters, ceil(n_params / n_gpus) "
+         "each", _state_slip("fraction")),
+    Slip("under tensor parallelism the n_replicated parameters are not split: every GPU holds "
+         "them whole", _state_slip("tensor_replicated_split")),
 )
 
 
@@ -311,11 +601,21 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_training_cases, slips=_TRAINING_SLIPS),
     Exercise(id="scaling_laws.mfu", reference=mfu, cases=_mfu_cases, slips=_MFU_SLIPS,
              forbidden=(flops.mfu,)),
-    Exercise(id="scaling_laws.fit_power_law", reference=scaling.fit_power_law,
-             cases=_power_cases, slips=_POWER_SLIPS, forbidden=(scaling.bootstrap_power_law,)),
     Exercise(id="scaling_laws.chinchilla_loss", reference=scaling.chinchilla_loss,
              cases=_chinchilla_cases, slips=_CHINCHILLA_SLIPS,
              forbidden=(scaling.ChinchillaFit,)),
     Exercise(id="scaling_laws.compute_optimal", reference=compute_optimal,
-             cases=_optimal_cases, slips=_OPTIMAL_SLIPS, forbidden=(scaling.compute_optimal,)),
+             cases=_optimal_cases, slips=_OPTIMAL_SLIPS,
+             forbidden=(scaling.compute_optimal, scaling.ChinchillaFit)),
+    Exercise(id="scaling_laws.isoflop_minimum", reference=isoflop_minimum,
+             cases=_isoflop_cases, slips=_ISOFLOP_SLIPS, forbidden=(scaling.isoflop_minimum,)),
+    Exercise(id="scaling_laws.fit_power_law", reference=scaling.fit_power_law,
+             cases=_power_cases, slips=_POWER_SLIPS,
+             forbidden=(scaling.bootstrap_power_law, complexity.loglog_slope)),
+    Exercise(id="scaling_laws.bootstrap_interval", reference=scaling.bootstrap_interval,
+             cases=_bootstrap_cases, slips=_BOOTSTRAP_SLIPS,
+             forbidden=(scaling.bootstrap_power_law, scaling.fit_power_law,
+                        complexity.loglog_slope)),
+    Exercise(id="scaling_laws.training_state_bytes", reference=counting.training_state_bytes,
+             cases=_state_cases, slips=_STATE_SLIPS),
 ]}
