@@ -63,6 +63,67 @@ def exp_feature_map(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(x)
 
 
+def positive_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    r"""Performer's positive random features of the softmax kernel (Choromanski et al., 2021).
+
+    .. math:: \phi(x) = \frac{1}{\sqrt m} \exp\!\left(W x - \tfrac{\lVert x \rVert^2}{2}\right),
+              \qquad \mathbb{E}_{w_i \sim \mathcal N(0, I)}\left[\phi(x)^\top \phi(y)\right]
+              = e^{x^\top y}
+
+    since :math:`\mathbb E[e^{w^\top u}] = e^{\lVert u \rVert^2 / 2}` with :math:`u = x + y`
+    (the paper's lemma 1, section 2.3). Every feature is positive, so the estimated normaliser
+    :math:`\phi(q)^\top \sum_j \phi(k_j)` is too.
+
+    Args:
+        x: ``(..., d)``.
+        w: ``(m, d)``, the random directions as rows, applied as ``x @ w.T`` (``nn.Linear``'s
+            convention); each row drawn from :math:`\mathcal N(0, I_d)`.
+
+    Returns:
+        ``(..., m)``, positive.
+
+    Example:
+        >>> positive_random_features(torch.tensor([[3.0, 4.0]]), torch.zeros(4, 2))  # e^{-12.5} / 2
+        tensor([[1.8633e-06, 1.8633e-06, 1.8633e-06, 1.8633e-06]])
+    """
+    if x.shape[-1] != w.shape[-1] or w.dim() != 2:
+        raise ValueError(f"w must be (m, d) with d the last size of x; got x {tuple(x.shape)} "
+                         f"and w {tuple(w.shape)}")
+    half_norm = 0.5 * (x * x).sum(dim=-1, keepdim=True)              # (..., 1)
+    return torch.exp(x @ w.transpose(0, 1) - half_norm) / w.shape[0] ** 0.5
+
+
+def trigonometric_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    r"""Random Fourier features of the softmax kernel: unbiased too, but of either sign.
+
+    .. math:: \phi(x) = \frac{e^{\lVert x \rVert^2 / 2}}{\sqrt m}
+              \left[\sin(W x), \cos(W x)\right], \qquad
+              \mathbb E\left[\phi(x)^\top \phi(y)\right] = e^{\lVert x \rVert^2 / 2 +
+              \lVert y \rVert^2 / 2}\, e^{-\lVert x - y \rVert^2 / 2} = e^{x^\top y}
+
+    (Rahimi and Recht's features of the Gaussian kernel, rescaled; Choromanski et al., 2021,
+    section 2.2). Products of features can be negative, so an estimated normaliser can come out
+    near zero or negative where the true one is small: the reason Performer uses
+    :func:`positive_random_features`.
+
+    Args:
+        x: ``(..., d)``; w: ``(m, d)`` as in :func:`positive_random_features`.
+
+    Returns:
+        ``(..., 2 m)``.
+
+    Example:
+        >>> trigonometric_random_features(torch.zeros(1, 2), torch.ones(3, 2))  # sin 0, cos 0
+        tensor([[0.0000, 0.0000, 0.0000, 0.5774, 0.5774, 0.5774]])
+    """
+    if x.shape[-1] != w.shape[-1] or w.dim() != 2:
+        raise ValueError(f"w must be (m, d) with d the last size of x; got x {tuple(x.shape)} "
+                         f"and w {tuple(w.shape)}")
+    proj = x @ w.transpose(0, 1)                                     # (..., m)
+    scale = torch.exp(0.5 * (x * x).sum(dim=-1, keepdim=True)) / w.shape[0] ** 0.5
+    return scale * torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1)
+
+
 FEATURE_MAPS: dict[str, FeatureMap] = {
     "elu+1": elu_feature_map,
     "relu": relu_feature_map,

@@ -185,6 +185,40 @@ def receptive_field(mask: torch.Tensor, n_layers: int) -> torch.Tensor:
     return reach > 0
 
 
+def layers_to_connect(mask: torch.Tensor, max_layers: int | None = None) -> int | None:
+    """The fewest layers after which the last output depends on the first input and vice versa.
+
+    Measured with :func:`receptive_field` (residual connections included), one layer at a time.
+    A sliding window of ``w`` keys on each side moves information ``w`` positions per layer, so
+    it needs ``ceil((n - 1) / w)`` layers; a global token, two.
+
+    Args:
+        mask: ``(n, n)`` boolean, ``True`` = may attend.
+        max_layers: give up after this many layers (default ``n``: a pattern that has not
+            connected the ends by then never will).
+
+    Returns:
+        The number of layers, or ``None`` when the ends are never connected.
+
+    Example:
+        >>> layers_to_connect(dense_mask(sliding_window(2), 33))  # ceil(32 / 2)
+        16
+        >>> layers_to_connect(dense_mask(dilated_window(1, 2), 6)) is None  # odd distance 5
+        True
+    """
+    n = mask.shape[0]
+    limit = n if max_layers is None else max_layers
+    if n == 1:
+        return 1
+    step = (mask | torch.eye(n, dtype=torch.bool, device=mask.device)).float()
+    reach = step
+    for layers in range(1, limit + 1):
+        if reach[-1, 0] > 0 and reach[0, -1] > 0:
+            return layers
+        reach = ((reach @ step) > 0).float()
+    return None
+
+
 def block_layout(pattern: MaskFn, n: int, block_size: int,
                  device: torch.device | str | None = None) -> torch.Tensor:
     """``(n_blocks, n_blocks)`` boolean: which key blocks hold an allowed key for each query block.

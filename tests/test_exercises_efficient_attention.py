@@ -1,32 +1,161 @@
-"""Chapter 6's graded exercises: the instructor's solutions pass, the references agree with
-independent peers, and calling course_lib fails."""
+"""Chapter 6's graded exercises: what the generic registry and notebook tests cannot know.
+
+The instructor's solutions pass the visible and hidden tests; the visible tests catch every slip of
+every exercise (a student who self-checks sees red before grading); the two exercises whose
+statement bounds their memory fail a quadratic implementation that gets the output right; the
+references agree with independent peers; calling course_lib (this chapter's or chapter 2's
+attention, private helpers included) fails.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any, Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from course_lib import entmax, grading, linear_attention, sparse_attention, tiled_attention
+from course_lib import attention, entmax, grading, linear_attention, sparse_attention
+from course_lib import tiled_attention
 from course_lib.exercises import efficient_attention as ex6
-from tests.conftest import solution
+from tests.conftest import cell_by_grade_id, setup_namespace, solution
 
 pytestmark = pytest.mark.ch06
 
 SLUG = "06-efficient-attention"
-NAMES = ["sliding_window_mask", "bigbird_mask", "causal_linear_attention",
-         "online_softmax_update", "query_tile_attention", "sparsemax"]
+NAMES = ["sliding_window_mask", "layers_to_connect", "bigbird_mask", "causal_linear_attention",
+         "positive_random_features", "online_softmax_update", "query_tile_attention",
+         "sparsemax"]
+
+
+def _visible_part(name: str) -> str:
+    source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
+    return source.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def _run_visible(name: str, fn: Callable[..., Any]) -> None:
+    namespace = setup_namespace(SLUG)
+    namespace[name] = fn
+    exec(compile(_visible_part(name), f"<{name} visible tests>", "exec"), namespace)
+
+
+def _positional(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """A slip with the notebook function's signature (visible tests call it positionally)."""
+    params = list(inspect.signature(solution(SLUG, name)).parameters)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return fn(**dict(zip(params, args)), **kwargs)
+
+    return wrapped
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_instructor_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"efficient_attention.{name}", solution(SLUG, name))
+def test_the_instructor_solution_passes_the_visible_and_hidden_tests(name: str, capsys) -> None:
+    fn = solution(SLUG, name)
+    _run_visible(name, fn)
+    assert "visible tests passed" in capsys.readouterr().out
+    results = grading.evaluate(f"efficient_attention.{name}", fn)
     assert [r.message for r in results if r.message] == []
 
 
 def test_the_registry_holds_exactly_the_notebook_exercises() -> None:
     assert sorted(ex6.EXERCISES) == sorted(f"efficient_attention.{n}" for n in NAMES)
+
+
+VISIBLY_CAUGHT = [(name, k) for name in NAMES
+                  for k in range(len(ex6.EXERCISES[f"efficient_attention.{name}"].slips))]
+
+
+@pytest.mark.parametrize("name,k", VISIBLY_CAUGHT)
+def test_the_visible_tests_catch_each_slip(name: str, k: int, capsys) -> None:
+    """Every listed slip (the short last block, the -inf guard, ...) fails the visible tests."""
+    slip = ex6.EXERCISES[f"efficient_attention.{name}"].slips[k]
+    with pytest.raises(Exception) as err:
+        _run_visible(name, _positional(slip.fn, name))
+    assert not isinstance(err.value, NotImplementedError)
+    assert "visible tests passed" not in capsys.readouterr().out
+
+
+# The stated algorithm is graded ---------------------------------------------------------------
+
+def _phi(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))
+
+
+def quadratic_causal_linear_attention(q, k, v):
+    """The right output through the T x T similarities: what the statement forbids."""
+    a = (_phi(q) @ _phi(k).transpose(-2, -1)).tril()
+    return (a @ v) / a.sum(-1, keepdim=True)
+
+
+def full_scores_tile_attention(q, k, v, block_size):
+    """The right output and log-sum-exp from all T_q x T_k scores at once."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+
+
+@pytest.mark.parametrize("name,fn", [("causal_linear_attention", quadratic_causal_linear_attention),
+                                     ("query_tile_attention", full_scores_tile_attention)])
+def test_a_quadratic_implementation_with_the_right_output_fails(name: str, fn) -> None:
+    results = grading.evaluate(f"efficient_attention.{name}", fn)
+    failed = [r for r in results if r.message]
+    assert failed and all("memory bound" in r.name for r in failed), [r.name for r in failed]
+    assert all("built a tensor of" in r.message for r in failed)
+    with pytest.raises(AssertionError, match="you built a tensor of"):
+        _run_visible(name, fn)
+
+
+@pytest.mark.parametrize("name", ["causal_linear_attention", "query_tile_attention"])
+def test_the_memory_bound_leaves_a_wide_margin(name: str) -> None:
+    """On the bounded case the solution stays far below the bound, the quadratic form far above."""
+    ex = ex6.EXERCISES[f"efficient_attention.{name}"]
+    case = next(c for c in ex.cases() if "memory bound" in c.name)
+    inputs = case.inputs()
+    bound = ex.largest_tensor(inputs)
+    with grading.AllocationMeter() as meter:
+        ex.run(solution(SLUG, name), inputs)
+    assert meter.largest * 2 <= bound
+    quadratic = {"causal_linear_attention": quadratic_causal_linear_attention,
+                 "query_tile_attention": full_scores_tile_attention}[name]
+    with grading.AllocationMeter() as meter:
+        ex.run(quadratic, inputs)
+    assert meter.largest >= 5 * bound
+
+
+# References against independent peers ---------------------------------------------------------
+
+def test_layers_to_connect_reference_measures_the_closed_form() -> None:
+    """The measured reference equals ceil((n - 1) / (w r)), 1 or 2 with global tokens, None when
+    dilation never reaches."""
+    for n in range(2, 40):
+        for w in range(0, 4):
+            for r in (1, 2, 3):
+                hops = w * r
+                if (n - 1) % r == 0 and n - 1 <= hops:
+                    want: int | None = 1
+                elif hops == 0 or (n - 1) % r:
+                    want = None
+                else:
+                    want = math.ceil((n - 1) / hops)
+                assert ex6.layers_to_connect(n, w, r) == want, (n, w, r)
+    assert ex6.layers_to_connect(33, 2) == 16
+    assert ex6.layers_to_connect(30, 1, 1, [12]) == 2
+    assert ex6.layers_to_connect(30, 1, 1, [0]) == 1
+
+
+def test_positive_random_features_are_unbiased_and_positive() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 5, generator=g, dtype=torch.float64).mul(0.4).unbind(0)
+    w = torch.randn(400_000, 5, generator=g, dtype=torch.float64)
+    estimate = (linear_attention.positive_random_features(x, w)
+                * linear_attention.positive_random_features(y, w)).sum()
+    assert abs(estimate.item() / math.exp(x @ y) - 1) < 0.02
+    fourier = (linear_attention.trigonometric_random_features(x, w)
+               * linear_attention.trigonometric_random_features(y, w)).sum()
+    assert abs(fourier.item() / math.exp(x @ y) - 1) < 0.05
+    assert bool((linear_attention.positive_random_features(5 * x, w[:100]) > 0).all())
 
 
 def test_bigbird_reference_equals_course_libs_random_blocks_pattern() -> None:
@@ -58,18 +187,38 @@ def test_sliding_window_reference_is_the_band_of_width_two_w_plus_one() -> None:
     assert torch.equal(ex6.sliding_window_mask(12, 2, causal=True), mask.tril())
 
 
+# Calling course_lib fails ----------------------------------------------------------------------
+
 @pytest.mark.parametrize("name,cheat", [
     ("sliding_window_mask", lambda n, window, causal=False: sparse_attention.dense_mask(
         sparse_attention.sliding_window(window, causal), n)),
+    ("layers_to_connect", lambda n, window, dilation=1, global_tokens=():
+        sparse_attention.layers_to_connect(sparse_attention.dense_mask(sparse_attention.union(
+            sparse_attention.dilated_window(window, dilation),
+            sparse_attention.global_tokens(list(global_tokens))), n))),
     ("causal_linear_attention",
      lambda q, k, v: linear_attention.kernel_attention(q, k, v, causal=True)),
+    ("positive_random_features", lambda x, w: linear_attention.positive_random_features(x, w)),
     ("online_softmax_update",
      lambda m, l, scores: tiled_attention.online_softmax_update(m, l, scores)),
     ("query_tile_attention", lambda q, k, v, block_size: tiled_attention.tiled_attention_forward(
         q, k, v, 1 / math.sqrt(q.shape[-1]), block_k=block_size)),
+    ("query_tile_attention", lambda q, k, v, block_size: (
+        attention.scaled_dot_product_attention(q, k, v),
+        torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1))),
     ("sparsemax", lambda z: entmax.entmax(z, alpha=2.0)),
+    ("sparsemax", lambda z: entmax._sparsemax_forward(z)),
 ])
 def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -> None:
     results = grading.evaluate(f"efficient_attention.{name}", cheat)
     assert results and all(r.reference_called for r in results), name
     assert grading.is_reference_call(results[0].message)
+
+
+def test_the_performer_demo_features_are_the_exercise_reference() -> None:
+    """The chapter's experiment uses the graded reference, so what it measures is what is graded."""
+    ex = ex6.EXERCISES["efficient_attention.positive_random_features"]
+    assert ex.reference is linear_attention.positive_random_features
+    x, w = torch.zeros(1, 3), torch.randn(9, 3)
+    torch.testing.assert_close(ex.reference(x, w), torch.full((1, 9), 1 / 3))
+    assert F.relu is not None  # torch.nn.functional is the only other import the slips use

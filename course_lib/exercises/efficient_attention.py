@@ -1,10 +1,15 @@
 """Graded exercises of chapter 6, "Efficient attention": references, hidden cases, slips.
 
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
-solution that calls course_lib's implementation of any exercise of this chapter: the patterns of
-:mod:`course_lib.sparse_attention`, the linear attention forms of
-:mod:`course_lib.linear_attention`, the online softmax and tiled attention of
-:mod:`course_lib.tiled_attention`, and sparsemax and entmax of :mod:`course_lib.entmax`.
+solution that calls course_lib's implementation of any exercise of this chapter: the patterns and
+the receptive field of :mod:`course_lib.sparse_attention`, the linear attention forms and random
+features of :mod:`course_lib.linear_attention`, the online softmax and tiled attention of
+:mod:`course_lib.tiled_attention` (and chapter 2's attention), and sparsemax and entmax of
+:mod:`course_lib.entmax`, private helpers included.
+
+Two exercises grade their algorithm, not only their output (``Exercise.largest_tensor``):
+``causal_linear_attention`` and ``query_tile_attention`` fail a case in which they allocate a
+tensor far larger than their statement's memory bound, as building the ``T x T`` scores does.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -20,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from course_lib import entmax, linear_attention, sparse_attention, tiled_attention
+from course_lib import attention, entmax, linear_attention, sparse_attention, tiled_attention
 from course_lib.exercises._common import Inputs, f32, f64, gen, randn
 from course_lib.grading import Case, Exercise, Slip
 
@@ -34,13 +39,21 @@ def sliding_window_mask(n: int, window: int, causal: bool = False) -> torch.Tens
 
 
 def _window_cases() -> list[Case]:
+    def draw(seed: int, n: tuple[int, int], window: tuple[int, int], causal: bool) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            g = gen(seed)
+            size, w = (int(torch.randint(low, high + 1, (1,), generator=g))
+                       for low, high in (n, window))
+            return {"n": size, "window": w, "causal": causal}
+        return inputs
+
     return [
-        Case("a window of 2 on each side", lambda: {"n": 9, "window": 2, "causal": False}),
-        Case("causal, a window of 3", lambda: {"n": 10, "window": 3, "causal": True}),
-        Case("window 0: each token sees itself", lambda: {"n": 5, "window": 0, "causal": False}),
-        Case("a window wider than the sequence", lambda: {"n": 4, "window": 7, "causal": False}),
-        Case("causal, a long sequence", lambda: {"n": 64, "window": 5, "causal": True}),
-        Case("one token", lambda: {"n": 1, "window": 2, "causal": True}),
+        Case("a window of a few keys on each side", draw(1, (8, 16), (1, 3), False)),
+        Case("causal, a window of a few keys", draw(2, (8, 16), (1, 4), True)),
+        Case("window 0: each token sees itself", draw(3, (3, 8), (0, 0), False)),
+        Case("a window wider than the sequence", draw(4, (2, 5), (6, 9), False)),
+        Case("causal, a long sequence", draw(5, (40, 64), (3, 8), True)),
+        Case("one token", draw(6, (1, 1), (0, 3), True)),
     ]
 
 
@@ -64,7 +77,97 @@ _WINDOW_SLIPS = (
 )
 
 
-# 2. bigbird_mask -------------------------------------------------------------------------------
+# 2. layers_to_connect --------------------------------------------------------------------------
+
+
+def layers_to_connect(n: int, window: int, dilation: int = 1,
+                      global_tokens: list[int] | tuple[int, ...] = ()) -> int | None:
+    """Reference: the layers a window (and global tokens) need to connect the ends, measured.
+
+    Builds the ``(n, n)`` mask and counts layers with
+    :func:`course_lib.sparse_attention.layers_to_connect` (receptive fields, residuals included):
+    the measurement the student's derivation must agree with.
+    """
+    pattern = sparse_attention.union(sparse_attention.dilated_window(window, dilation),
+                                     sparse_attention.global_tokens(list(global_tokens)))
+    return sparse_attention.layers_to_connect(sparse_attention.dense_mask(pattern, n))
+
+
+def _layers_cases() -> list[Case]:
+    def draw(seed: int, kind: str) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            g = gen(seed)
+
+            def pick(low: int, high: int) -> int:  # an int in [low, high]
+                return int(torch.randint(low, high + 1, (1,), generator=g))
+
+            window, dilation, globals_ = pick(1, 5), 1, []
+            n = pick(window + 3, 60)
+            if kind == "one layer":
+                n = pick(2, window + 1)
+            if kind == "whole windows":
+                n = window * pick(2, 12) + 1
+            if kind.startswith("global"):  # far ends: the window alone needs 4 layers or more
+                n = pick(3 * window + 2, 60)
+            if kind == "dilated, reachable":
+                dilation = pick(2, 3)
+                n = dilation * pick(window + 1, 15) + 1
+            if kind == "dilated, unreachable":
+                dilation = pick(2, 3)
+                n = dilation * pick(2, 15) + pick(1, dilation - 1) + 1
+            if kind == "global inside":
+                globals_ = sorted(set(torch.randint(1, n - 1, (pick(1, 2),), generator=g).tolist()))
+            if kind == "global at an end":
+                globals_ = [0] if pick(0, 1) else [n - 1]
+            if kind == "window 0":
+                window = 0
+            return {"n": n, "window": window, "dilation": dilation, "global_tokens": globals_}
+        return inputs
+
+    return [
+        Case("a plain window", draw(11, "plain")),
+        Case("the ends a whole number of windows apart", draw(12, "whole windows")),
+        Case("the ends within one window", draw(13, "one layer")),
+        Case("global tokens inside the sequence", draw(14, "global inside")),
+        Case("a global token at one end", draw(15, "global at an end")),
+        Case("dilation, the ends a multiple of r apart", draw(16, "dilated, reachable")),
+        Case("dilation, the ends not a multiple of r apart", draw(17, "dilated, unreachable")),
+        Case("window 0, no global token", draw(18, "window 0")),
+    ]
+
+
+def _layers(n, window, dilation=1, global_tokens=(), slip=""):
+    hops = window * dilation
+    if (n - 1) % dilation == 0 and (n - 1) <= hops:
+        return 1
+    if global_tokens and slip != "no global":
+        if slip != "end" and (0 in global_tokens or n - 1 in global_tokens):
+            return 1
+        return 2
+    if hops == 0 or ((n - 1) % dilation and slip != "gaps"):
+        return None
+    if slip == "half":
+        return math.ceil(n / (2 * hops))
+    if slip == "n over w":
+        return math.ceil(n / hops)
+    return math.ceil((n - 1) / hops)
+
+
+_LAYERS_SLIPS = (  # the more specific slips first: a student reads the first that matches
+    Slip("information moves w positions per layer in one direction: the window's 2w + 1 keys are "
+         "not a reach of 2w from one end to the other", partial(_layers, slip="half")),
+    Slip("with dilation r every hop is a multiple of r: positions whose distance is not a "
+         "multiple of r are never connected (return None)", partial(_layers, slip="gaps")),
+    Slip("the ends are n - 1 positions apart, not n: count the distance, not the tokens",
+         partial(_layers, slip="n over w")),
+    Slip("a global token at an end: that end attends to every position and every position to it, "
+         "in one layer", partial(_layers, slip="end")),
+    Slip("a global token connects any two positions in two layers (up to it, then down from it)",
+         partial(_layers, slip="no global")),
+)
+
+
+# 3. bigbird_mask -------------------------------------------------------------------------------
 
 
 def bigbird_mask(n: int, window: int, global_tokens: list[int], block_size: int,
@@ -89,6 +192,8 @@ def _bigbird_cases() -> list[Case]:
             chosen = torch.randperm(n, generator=g)[:n_global].tolist()
             blocks = [sorted(torch.randperm(n_blocks, generator=g)[:n_random].tolist())
                       for _ in range(n_blocks)]
+            if n % block_size and 0 not in blocks[-1]:  # the short last block sees a far block
+                blocks[-1] = sorted(blocks[-1][1:] + [0])
             return {"n": n, "window": window, "global_tokens": chosen, "block_size": block_size,
                     "random_blocks": blocks}
         return inputs
@@ -112,7 +217,8 @@ def _bigbird(n, window, global_tokens, block_size, random_blocks, slip):
     g = torch.zeros(n, dtype=torch.bool)
     g[list(global_tokens)] = True
     mask = mask | g[None, :] if slip == "one way" else mask | g[None, :] | g[:, None]
-    for row, blocks in enumerate(random_blocks):
+    rows = random_blocks[:n // block_size] if slip == "short block" else random_blocks
+    for row, blocks in enumerate(rows):
         for col in blocks:
             if slip == "tokens":
                 mask[row, col] = True
@@ -127,10 +233,12 @@ _BIGBIRD_SLIPS = (
          partial(_bigbird, slip="one way")),
     Slip("random_blocks[r] lists key blocks for query block r: set whole block_size x block_size "
          "squares, not single entries", partial(_bigbird, slip="tokens")),
+    Slip("the last query block may be shorter than block_size: its random key blocks count too",
+         partial(_bigbird, slip="short block")),
 )
 
 
-# 3. causal_linear_attention --------------------------------------------------------------------
+# 4. causal_linear_attention --------------------------------------------------------------------
 
 
 def _linear_cases() -> list[Case]:
@@ -149,7 +257,16 @@ def _linear_cases() -> list[Case]:
         Case("float32, one position", build(37, (3, 1, 4), 4, f32)),
         Case("float64, large negative and positive scores", build(40, (2, 9, 6), 5, f64, 6.0)),
         Case("float32, a longer sequence", build(43, (1, 2, 64, 16), 16, f32)),
+        Case("float64, 2048 positions and 4 features (memory bound)",
+             build(46, (1, 2048, 4), 4, f64)),
     ]
+
+
+def _linear_bound(inputs: dict[str, Any]) -> int:
+    """The statement's bound: a few tensors of ``(..., T, d, d_v)``, far below ``T x T``."""
+    q, v = inputs["q"], inputs["v"]
+    batch = q[..., 0, 0].numel()
+    return 4 * batch * q.shape[-2] * (q.shape[-1] + 1) * (v.shape[-1] + 1)
 
 
 def _phi(x: torch.Tensor) -> torch.Tensor:
@@ -184,12 +301,59 @@ _LINEAR_SLIPS = (
 )
 
 
-# 4. online_softmax_update ----------------------------------------------------------------------
+# 5. positive_random_features -------------------------------------------------------------------
+
+
+def _prf_cases() -> list[Case]:
+    def build(seed: int, shape: tuple[int, ...], m: int, dtype: torch.dtype,
+              scale: float = 0.5) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"x": randn(seed, *shape, dtype=dtype, scale=scale),
+                    "w": randn(seed + 1, m, shape[-1], dtype=dtype)}
+        return inputs
+
+    return [
+        Case("float32, batch 2, 3 positions, 16 features", build(91, (2, 3, 4), 16, f32)),
+        Case("float64, batch size 1, more features than dimensions", build(92, (1, 6), 32, f64)),
+        Case("float64, as many features as dimensions (a square w)", build(93, (5, 8), 8, f64)),
+        Case("float32, fewer features than dimensions", build(94, (4, 2, 12), 5, f32)),
+        Case("float64, larger inputs (the norm term matters)", build(95, (3, 4), 7, f64, 1.5)),
+    ]
+
+
+def _prf(x, w, slip):
+    proj = x @ w.T if slip != "transposed" else x @ w
+    sq = (x * x).sum(dim=-1, keepdim=True)
+    m = w.shape[0]
+    if slip == "trig":
+        return torch.exp(0.5 * sq) / math.sqrt(m) * torch.cat([proj.sin(), proj.cos()], dim=-1)
+    shift = {"no norm": 0.0, "full norm": sq}.get(slip, 0.5 * sq)
+    norm = {"no sqrt m": 1.0, "over m": m}.get(slip, math.sqrt(m))
+    return torch.exp(proj - shift) / norm
+
+
+_PRF_SLIPS = (
+    Slip("phi(x) . phi(y) averages m products: divide each feature by sqrt(m) (the dot product "
+         "then divides by m)", partial(_prf, slip="no sqrt m")),
+    Slip("divide each feature by sqrt(m), not m: the dot product of two features multiplies the "
+         "two factors", partial(_prf, slip="over m")),
+    Slip("E[exp(w . u)] = exp(|u|^2 / 2) with u = x + y: without a correction the estimate is "
+         "exp(x . y) times exp(|x|^2 / 2 + |y|^2 / 2)", partial(_prf, slip="no norm")),
+    Slip("|x + y|^2 / 2 = |x|^2 / 2 + x . y + |y|^2 / 2: each feature divides by exp(|x|^2 / 2), "
+         "not exp(|x|^2)", partial(_prf, slip="full norm")),
+    Slip("w holds the random directions as rows, shape (m, d): project with x @ w.T",
+         partial(_prf, slip="transposed")),
+    Slip("the features must be positive (exp of a projection); sin and cos give an unbiased "
+         "estimate too, but of either sign", partial(_prf, slip="trig")),
+)
+
+
+# 6. online_softmax_update ----------------------------------------------------------------------
 
 
 def _online_cases() -> list[Case]:
     def build(seed: int, shape: tuple[int, ...], b: int, dtype: torch.dtype,
-              masked: float = 0.0, fresh: float = 0.0) -> Inputs:
+              masked: float = 0.0, fresh: float = 0.0, dead: bool = False) -> Inputs:
         def inputs() -> dict[str, Any]:
             g = gen(seed)
             m = (3 * torch.randn(*shape, generator=g, dtype=f64)).to(dtype)
@@ -202,6 +366,10 @@ def _online_cases() -> list[Case]:
                 start = torch.rand(*shape, generator=g) < fresh
                 m = m.masked_fill(start, float("-inf"))
                 l = l.masked_fill(start, 0.0)
+            if dead:  # a fully masked block: row 0 fresh (the -inf guard), row 1 with history
+                flat_m, flat_l, flat_s = m.view(-1), l.view(-1), scores.view(-1, b)
+                flat_m[0], flat_l[0] = float("-inf"), 0.0
+                flat_s[:2] = float("-inf")
             return {"m": m, "l": l, "scores": scores}
         return inputs
 
@@ -211,12 +379,16 @@ def _online_cases() -> list[Case]:
         Case("float64, the first block (m = -inf, l = 0)", build(53, (4,), 3, f64, fresh=1.0)),
         Case("float32, some masked scores (-inf)", build(54, (3, 4), 8, f32, masked=0.4)),
         Case("float64, masked scores and fresh rows", build(55, (2, 6), 5, f64, 0.5, 0.5)),
+        Case("float32, fully masked blocks, on a fresh row and on a row with history",
+             build(56, (2, 3), 4, f32, 0.3, 0.3, dead=True)),
     ]
 
 
 def _online(m, l, scores, slip):
     m_new = torch.maximum(m, scores.amax(dim=-1))
     safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+    if slip == "no guard":
+        safe = m_new
     old = torch.exp(m - safe)
     if slip == "no rescale":
         old = torch.ones_like(old)
@@ -236,10 +408,13 @@ _ONLINE_SLIPS = (
          partial(_online, slip="inverted")),
     Slip("the new block's terms must be relative to the new running maximum m_new, not to the "
          "block's own maximum", partial(_online, slip="block max")),
+    Slip("a row whose maximum is still -inf after the block gives exp(-inf - (-inf)) = NaN: "
+         "subtract 0 instead of m_new there, so that it keeps m = -inf, l = 0",
+         partial(_online, slip="no guard")),
 )
 
 
-# 5. query_tile_attention -----------------------------------------------------------------------
+# 7. query_tile_attention -----------------------------------------------------------------------
 
 
 def query_tile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -266,7 +441,18 @@ def _tile_cases() -> list[Case]:
         Case("float64, large scores (the running maximum matters)",
              build(70, (2,), 4, 12, 6, 2, 3, f64, 5.0)),
         Case("float32, blocks of one key", build(73, (1, 3), 3, 9, 8, 8, 1, f32)),
+        Case("float64, 128 queries against 2048 keys in blocks of 32 (memory bound)",
+             build(76, (1,), 128, 2048, 8, 8, 32, f64)),
     ]
+
+
+def _tile_bound(inputs: dict[str, Any]) -> int:
+    """The statement's bound: twice the largest of the inputs and of one tile of scores."""
+    q, k, v, b = inputs["q"], inputs["k"], inputs["v"], inputs["block_size"]
+    batch = q[..., 0, 0].numel()
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    return 2 * batch * max(t_k * max(k.shape[-1], v.shape[-1]),
+                           t_q * max(min(b, t_k), q.shape[-1], v.shape[-1]))
 
 
 def _tile(q, k, v, block_size, slip):
@@ -283,6 +469,24 @@ def _tile(q, k, v, block_size, slip):
     return out, lse
 
 
+def _tile_loop(q, k, v, block_size, slip):
+    """Tile by tile, with one mistake in the accumulator."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    m = q.new_full(q.shape[:-1], -math.inf)
+    l = q.new_zeros(q.shape[:-1])
+    acc = q.new_zeros(*q.shape[:-1], v.shape[-1])
+    for start in range(0, k.shape[-2], block_size):
+        s = (q @ k[..., start:start + block_size, :].transpose(-2, -1)) * scale
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        p = torch.exp(s - m_new[..., None])
+        correction = torch.exp(m - m_new)
+        l = l * correction + p.sum(dim=-1)
+        pv = p @ v[..., start:start + block_size, :]
+        acc = acc + pv if slip == "acc not rescaled" else acc * correction[..., None] + pv
+        m = m_new
+    return acc / l[..., None], m + torch.log(l)
+
+
 _TILE_SLIPS = (
     Slip("scale the scores by 1 / sqrt(d) before the softmax", partial(_tile, slip="no scale")),
     Slip("the log-sum-exp is m + log(l): the running maximum plus the log of the running sum",
@@ -291,10 +495,12 @@ _TILE_SLIPS = (
          partial(_tile, slip="log l")),
     Slip("divide the accumulated output by the running sum l at the end",
          partial(_tile, slip="unnormalised")),
+    Slip("when the running maximum grows, rescale the accumulator by exp(m - m_new) too, as the "
+         "running sum is", partial(_tile_loop, slip="acc not rescaled")),
 )
 
 
-# 6. sparsemax ----------------------------------------------------------------------------------
+# 8. sparsemax ----------------------------------------------------------------------------------
 
 
 def _sparsemax_cases() -> list[Case]:
@@ -346,26 +552,35 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_window_cases, slips=_WINDOW_SLIPS,
              forbidden=(sparse_attention.sliding_window, sparse_attention.dilated_window,
                         sparse_attention.dense_mask)),
+    Exercise(id="efficient_attention.layers_to_connect", reference=layers_to_connect,
+             cases=_layers_cases, slips=_LAYERS_SLIPS,
+             forbidden=(sparse_attention.layers_to_connect, sparse_attention.receptive_field)),
     Exercise(id="efficient_attention.bigbird_mask", reference=bigbird_mask,
              cases=_bigbird_cases, slips=_BIGBIRD_SLIPS,
              forbidden=(sparse_attention.global_tokens, sparse_attention.random_blocks,
                         sparse_attention.union, sparse_attention.block_layout)),
     Exercise(id="efficient_attention.causal_linear_attention",
              reference=linear_attention.causal_linear_attention, cases=_linear_cases,
-             slips=_LINEAR_SLIPS,
+             slips=_LINEAR_SLIPS, largest_tensor=_linear_bound,
              forbidden=(linear_attention.kernel_attention, linear_attention.linear_attention,
                         linear_attention.linear_attention_step,
                         linear_attention.recurrent_linear_attention,
-                        linear_attention.elu_feature_map)),
+                        linear_attention.elu_feature_map, linear_attention._divide)),
+    Exercise(id="efficient_attention.positive_random_features",
+             reference=linear_attention.positive_random_features, cases=_prf_cases,
+             slips=_PRF_SLIPS, forbidden=(linear_attention.trigonometric_random_features,)),
     Exercise(id="efficient_attention.online_softmax_update",
              reference=tiled_attention.online_softmax_update, cases=_online_cases,
              slips=_ONLINE_SLIPS, forbidden=(tiled_attention.online_softmax,)),
     Exercise(id="efficient_attention.query_tile_attention", reference=query_tile_attention,
-             cases=_tile_cases, slips=_TILE_SLIPS,
+             cases=_tile_cases, slips=_TILE_SLIPS, largest_tensor=_tile_bound,
              forbidden=(tiled_attention.tiled_attention_forward, tiled_attention.tiled_attention,
-                        tiled_attention.TiledAttentionFunction, tiled_attention.naive_attention)),
+                        tiled_attention.TiledAttentionFunction, tiled_attention.naive_attention,
+                        attention.scaled_dot_product_attention, attention.masked_softmax,
+                        sparse_attention.block_sparse_attention, entmax.entmax_attention)),
     Exercise(id="efficient_attention.sparsemax", reference=entmax.sparsemax,
              cases=_sparsemax_cases, slips=_SPARSEMAX_SLIPS,
-             forbidden=(entmax.SparsemaxFunction, entmax.entmax, entmax.entmax_bisect,
+             forbidden=(entmax.SparsemaxFunction, entmax._sparsemax_forward, entmax.entmax,
+                        entmax.entmax_bisect, entmax.EntmaxBisectFunction, entmax._bisect_forward,
                         entmax.entmax15, entmax.entmax_attention)),
 ]}
