@@ -238,20 +238,22 @@ def run_grade(args) -> int:
         out / "summary.html", spec, final, rows, plot, flags, wall))
     graded_now = sum(1 for r, _ in todo)
     problems = [row for row in rows if row.get("status") not in ("graded", "graded (cached)")]
-    print(f"\n{chapter.name}: {len(final)} students in grades.csv ({graded_now} graded now, "
-          f"{len(final) - graded_now} from the cache or invalid), engine {args.engine}, "
-          f"wall time {wall:.1f} s")
+    # every line through printable: file names and reasons carry students' text, and a control
+    # character (ESC, a bidi override) would reach the instructor's terminal raw
+    print("\n" + printable(f"{chapter.name}: {len(final)} students in grades.csv ({graded_now} "
+                           f"graded now, {len(final) - graded_now} from the cache or invalid), "
+                           f"engine {args.engine}, wall time {wall:.1f} s"))
     if problems:
         print(f"could not grade {len(problems)} file(s):")
         for row in problems:
             print(printable(f"  {row['file']}: {row['status']}: {row.get('reason', '')}"))
     if flags:
-        print(f"similarity: {flags} flag(s) of solutions that look copied: "
-              f"{out / 'similarity.html'} (grades are not changed by it)")
+        print(printable(f"similarity: {flags} flag(s) of solutions that look copied: "
+                        f"{out / 'similarity.html'} (grades are not changed by it)"))
     for failure in failures:
         print(printable(f"could not write {failure}"), file=sys.stderr)
-    print(f"grades: {out / 'grades.csv'}; summary: {out / 'summary.html'}; feedback: "
-          f"{out / 'feedback'}; report: {out / 'report.csv'}")
+    print(printable(f"grades: {out / 'grades.csv'}; summary: {out / 'summary.html'}; feedback: "
+                    f"{out / 'feedback'}; report: {out / 'report.csv'}"))
     return 1 if failures else 0
 
 
@@ -273,12 +275,16 @@ def _write_similarity(out: Path, spec: ChapterSpec, code: dict[str, dict[str, st
 def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> None:
     from course_lib import grading
 
+    from autograder.cgroups import grader_cgroups
     from autograder.judge import Judge
     from autograder.sandbox import Limits, acquire_slots
     from autograder.strip import build_sandbox_course_lib, needed_by_cases
 
     if not todo:
         return
+    cgroup_warning = grader_cgroups().warning()
+    if cgroup_warning:  # once, before any sandbox: the protections the RLIMITs cannot give
+        print(printable(cgroup_warning), file=sys.stderr)
     refs = []
     exercises = list(grading.chapter_exercises(spec.exercise_chapter).values())
     for ex in exercises:

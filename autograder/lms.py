@@ -36,6 +36,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from autograder import csvsafe
 from autograder.chapter_spec import ChapterSpec
 from autograder.submissions import read_roster
 
@@ -69,38 +70,32 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
-def _safe_cell(text: str) -> str:
-    """A cell a spreadsheet will not run as a formula (a name starting with ``=``, ``+``...)."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def write_canvas(path: Path, assignment: str, spec: ChapterSpec, results: list[dict[str, Any]],
                  roster: dict[str, dict[str, str]]) -> None:
     """Canvas's gradebook import CSV (see the module docstring)."""
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
-        w = csv.writer(f)
+        w = csvsafe.writer(f)  # no cell runs as a spreadsheet formula
         w.writerow([*CANVAS_COLUMNS, assignment])
         w.writerow([CANVAS_POINTS_ROW, "", "", "", "", _points(spec.max_total)])
         for r in sorted(results, key=lambda r: r["student_id"]):
             sid = r["student_id"]
             row = roster.get(sid, {})
-            w.writerow([_safe_cell(v) for v in (
-                row.get("name") or sid, row.get("canvas_id", ""), row.get("sis_user_id") or sid,
-                row.get("sis_login_id", ""), row.get("section", ""))] + [_points(r["total"])])
+            w.writerow([row.get("name") or sid, row.get("canvas_id", ""),
+                        row.get("sis_user_id") or sid, row.get("sis_login_id", ""),
+                        row.get("section", ""), _points(r["total"])])
 
 
 def write_moodle(path: Path, assignment: str, spec: ChapterSpec, results: list[dict[str, Any]],
                  roster: dict[str, dict[str, str]]) -> None:
     """Moodle's grade import CSV (see the module docstring)."""
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
-        w = csv.writer(f)
+        w = csvsafe.writer(f)  # no cell runs as a spreadsheet formula
         w.writerow([*MOODLE_COLUMNS, assignment])
         for r in sorted(results, key=lambda r: r["student_id"]):
             sid = r["student_id"]
             row = roster.get(sid, {})
-            w.writerow([_safe_cell(v) for v in (
-                row.get("idnumber") or sid, row.get("email", ""), row.get("username", ""))]
-                       + [_points(r["total"])])
+            w.writerow([row.get("idnumber") or sid, row.get("email", ""),
+                        row.get("username", ""), _points(r["total"])])
 
 
 def write_lms_files(out: Path, spec: ChapterSpec, results: list[dict[str, Any]],

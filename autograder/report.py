@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import html
 import re
 from pathlib import Path
 from typing import Any
 
+from autograder import csvsafe
 from autograder.chapter_spec import ChapterSpec
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
@@ -62,7 +62,8 @@ def render_feedback(chapter: ChapterSpec, result: dict[str, Any]) -> str:
 
 
 def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, Any]]) -> None:
-    """Two tables of the same grades, one row per student sorted by id.
+    """Two tables of the same grades, one row per student sorted by id (every text cell through
+    :func:`autograder.csvsafe.safe_cell`: a student id never runs as a spreadsheet formula).
 
     ``path`` (``grades.csv``): ``student_id, <exercise>..., total, max_total``.
     ``grades_long.csv`` beside it: ``student_id, exercise, points, max_points``, a row per
@@ -73,7 +74,7 @@ def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, A
               f"{r['exercises'].get(ex.exercise_id, {}).get('points', 0.0):g}"
               for r in rows for ex in chapter.exercises}
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
-        w = csv.writer(f)
+        w = csvsafe.writer(f)
         w.writerow(["student_id", *[ex.name for ex in chapter.exercises], "total", "max_total"])
         for r in rows:
             w.writerow([r["student_id"],
@@ -81,7 +82,7 @@ def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, A
                         f"{r['total']:g}", f"{r['max_total']:g}"])
     with open(path.with_name("grades_long.csv"), "w", newline="", encoding="utf-8",
               errors="backslashreplace") as f:
-        w = csv.writer(f)
+        w = csvsafe.writer(f)
         w.writerow(["student_id", "exercise", "points", "max_points"])
         for r in rows:
             for ex in chapter.exercises:
@@ -90,10 +91,11 @@ def write_grades_csv(path: Path, chapter: ChapterSpec, results: list[dict[str, A
 
 
 def write_report_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Every file seen: the student it was mapped to (or why not), status, reason, seconds."""
+    """Every file seen: the student it was mapped to (or why not), status, reason, seconds
+    (text cells through :func:`autograder.csvsafe.safe_cell`)."""
     cols = ["file", "student_id", "mapping", "status", "reason", "seconds"]
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
+        w = csvsafe.dict_writer(f, cols)
         w.writeheader()
         for row in rows:
             w.writerow({c: row.get(c, "") for c in cols})

@@ -38,7 +38,6 @@ students write the same line.
 from __future__ import annotations
 
 import ast
-import csv
 import html
 import inspect
 import io
@@ -48,6 +47,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from autograder import csvsafe
 from autograder.chapter_spec import ChapterSpec, normalise_source
 
 #: Shortest run of normalised characters that counts as shared (copydetect's noise threshold).
@@ -329,7 +329,7 @@ def write_report(out: Path, spec: ChapterSpec, report: SimilarityReport) -> None
     names = {ex.exercise_id: ex.name for ex in spec.exercises}
     with open(out / "similarity.csv", "w", newline="", encoding="utf-8",
               errors="backslashreplace") as f:
-        w = csv.writer(f)
+        w = csvsafe.writer(f)  # students' ids are text a spreadsheet must not run
         w.writerow(["exercise", "kind", "students_a", "students_b", "share_a", "share_b",
                     "shared_characters"])
         for fl in report.flags:
