@@ -53,6 +53,17 @@ def test_receptive_field_grows_linearly_with_depth(built_book: Path) -> None:
     assert value("ch6_span_dilated_4") == 33
 
 
+def test_layers_to_connect_the_ends_are_measured(built_book: Path) -> None:
+    """Section 2, after exercise 2: "A window of 2 on each side needs 16 layers to connect the
+    ends of 33 positions, ceil((n - 1) / w) = 32 / 2 ... One global token brings it down to 2,
+    dilation 2 to 8 over 33 positions, while over 34 positions ... the receptive field's entry
+    for the last output and the first input is still 0"."""
+    assert value("ch6_layers_window_33") == 16
+    assert value("ch6_layers_global_33") == 2
+    assert value("ch6_layers_dilated_33") == 8
+    assert value("ch6_layers_dilated_34_reached") == 0
+
+
 def test_block_sparse_equals_dense_and_grows_linearly(built_book: Path) -> None:
     """Section 2: block-sparse equals dense under the same mask to float64 rounding; its time and
     memory grow about linearly, the dense path's about quadratically."""
@@ -80,6 +91,22 @@ def test_linear_attention_pays_in_recall(built_book: Path) -> None:
     assert value("ch6_recall_acc_softmax") > 0.9  # 0.996 to 1.000 (0.9995 in the notebook)
     assert value("ch6_recall_acc_linear") < 0.75  # 0.31 to 0.44 (0.31 in the notebook)
     assert value("ch6_recall_acc_softmax") - value("ch6_recall_acc_linear") > 0.25
+
+
+def test_positive_random_features_approach_softmax_and_fourier_features_do_not(
+        built_book: Path) -> None:
+    """Section 3, Performer: "elu + 1 ... stay X away from softmax's ... Performer's positive
+    features start further off, Y with 16 features, and close in as m grows ... pass elu + 1 from
+    m = M on and reach Z at m = 4096. The random Fourier features ... are off by U at m = 16 (more
+    than 1 ...) and still by V at m = 4096"; "What the papers found" repeats Z, X and U."""
+    elu, first, last = (value("ch6_elu_distance"), value("ch6_prf_distance_16"),
+                        value("ch6_prf_distance_max"))
+    assert value("ch6_prf_m_max") == 4096
+    assert first > elu  # "start further off"
+    assert last < 0.7 * elu and last < 0.5 * first  # "close in", "pass elu + 1"
+    assert value("ch6_prf_beats_elu_m") in (64, 256, 1024, 4096)  # "from m = M on"
+    assert value("ch6_fourier_distance_16") > 1  # "more than 1"
+    assert value("ch6_fourier_distance_max") > last  # "still" off, behind the positive ones
 
 
 def test_trained_attention_is_close_to_low_rank(built_book: Path) -> None:
