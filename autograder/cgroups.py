@@ -39,9 +39,11 @@ sandboxes run with their ``RLIMIT_*`` limits only.
 
 Example (on a machine where the grader may create cgroups)::
 
-    >>> box = grader_cgroups().create("slot0", memory_bytes=1 << 30, cpus=1.0, tasks=64)
-    >>> box.settings()["memory"]                                    # doctest: +SKIP
+    >>> box = sandbox_cgroup("slot0", memory_bytes=1 << 30, cpus=1.0, tasks=64)  # doctest: +SKIP
+    >>> box.settings()["memory"]  # on cgroup v2                   # doctest: +SKIP
     {'memory.max': '1073741824', 'memory.swap.max': '0'}
+    >>> box.remove()  # after the sandbox's processes are gone        # doctest: +SKIP
+    True
 """
 
 from __future__ import annotations
@@ -646,10 +648,11 @@ def setup(proc_self: Path | None = None, probe: bool = True) -> GraderCgroups:
             for c in [err.controller] if err.controller in grader.parents else list(grader.parents):
                 del grader.parents[c]
                 grader.lost[c] = str(err)
-    if not grader.parents and grader.version == 2 and os.geteuid() != 0:
+    if not grader.parents and grader.version and os.geteuid() != 0:
+        hint = (" (as a normal user, run the grader in a delegated scope: systemd-run --user "
+                "--scope -p Delegate=yes ...)" if grader.version == 2 else " (run it as root)")
         for c in grader.lost:
-            grader.lost[c] += (" (as a normal user, run the grader in a delegated scope: "
-                               "systemd-run --user --scope -p Delegate=yes ...)")
+            grader.lost[c] += hint
     return grader
 
 

@@ -147,7 +147,8 @@ def test_grade_prints_no_raw_control_character_and_writes_safe_csvs(
           "--source-root", str(chapter.source_root), "--release-root",
           str(chapter.release_root)])
     out, err = capsys.readouterr()
-    raw = [c for c in out + err if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    raw = [c for c in out + err
+           if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
     assert not raw, f"raw control characters on the terminal: {raw!r}"
     assert "\\x1b]2;owned\\x07\\x1b[2J" in out and "\\u202egnp" in out
     assert "could not grade 3 file(s)" in out
