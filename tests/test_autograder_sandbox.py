@@ -288,11 +288,13 @@ def test_a_setsid_cpu_hog_gets_one_core_and_cannot_starve_another_sandbox(
             cores = (_cpu_seconds(pids) - used0) / (time.perf_counter() - t0)
         finally:
             hog.kill()
-        print(f"\ncpu hog: another sandbox started in {quiet[0]:.1f} s quiet, {loaded[0]:.1f} s "
-              f"beside the hog; its 1 s of CPU took {quiet[1]:.2f} s quiet, {loaded[1]:.2f} s "
-              f"beside the hog; the hog's sandbox used {cores:.2f} cores")
+        after = timed_work()  # the machine's other load changes: the slower quiet figure counts
+        print(f"\ncpu hog: another sandbox started in {quiet[0]:.1f} / {after[0]:.1f} s quiet, "
+              f"{loaded[0]:.1f} s beside the hog; its 1 s of CPU took {quiet[1]:.2f} / "
+              f"{after[1]:.2f} s quiet, {loaded[1]:.2f} s beside the hog; the hog's sandbox used "
+              f"{cores:.2f} cores")
         assert cores <= 1.25, "the hog's sandbox used more than its one core"
-        assert loaded[1] <= 4 * quiet[1] + 1, "a CPU hog starved another sandbox"
+        assert loaded[1] <= 4 * max(quiet[1], after[1]) + 1, "a CPU hog starved another sandbox"
     finally:
         for fd in fds:
             os.close(fd)
