@@ -139,7 +139,11 @@ def colab_release(chapter: Chapter, release_text: str) -> str:
 
 def unmeasured(chapter: Chapter, release_text: str) -> str | None:
     """Why the chapter's Colab copy lacks numbers (glued names without a committed value), or None."""
-    absent = colab.missing_values(json.loads(release_text), measured.load(chapter).values)
+    try:
+        values = measured.load(chapter).values
+    except measured.MeasuredError as err:
+        raise ReleaseError(f"{chapter.name}: {err}") from err
+    absent = colab.missing_values(json.loads(release_text), values)
     if not absent:
         return None
     return (f"{chapter.name}: {len(absent)} glued value(s) without a measured value in "

@@ -141,3 +141,14 @@ def test_a_malformed_measured_file_is_an_error_naming_it(chapter: Chapter) -> No
     path.write_text(json.dumps({"values": {"fx_loss": 0.25}}))
     with pytest.raises(measured.MeasuredError, match="fixture.json: not a measured-values file"):
         measured.load(chapter)
+
+
+def test_release_and_check_release_name_a_malformed_measured_file(chapter: Chapter) -> None:
+    from autograder.release import ReleaseError
+
+    path = measured.measured_path(chapter)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    for run in (release, check_release):
+        with pytest.raises(ReleaseError, match="00-fixture: .*fixture.json: not a measured-values"):
+            run([chapter])
