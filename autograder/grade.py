@@ -24,18 +24,22 @@ import os
 import re
 import shutil
 import sys
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from autograder import __version__
 from autograder.chapter_spec import ChapterSpec, load_chapter_spec
-from autograder.paths import EXTRA_EXERCISES_ENV, Chapter, find_chapters, register_extra_exercises
+from autograder.paths import Chapter, find_chapters, register_extra_exercises
 from autograder.report import (plot_distribution, render_feedback, write_gradebook,
                                write_grades_csv, write_report_csv, write_summary)
+from autograder.sandbox import INPUTS_FOLDER
 from autograder.submissions import (InvalidSubmission, SkippedEntry, discover, extract_zip,
                                     load_notebook, printable, read_roster, RosterError)
+from course_lib.exercises._common import SECRET_ENV
 
 
 def safe_name(student_id: str) -> str:
@@ -272,36 +276,55 @@ def _write_similarity(out: Path, spec: ChapterSpec, code: dict[str, dict[str, st
     return len(report.flags)
 
 
-def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> None:
+@contextmanager
+def _run_secret() -> Iterator[None]:
+    """This grading run's secret, mixed into every hidden case's seed while the inputs are built.
+
+    Drawn here, in the trusted process, and never passed to a sandbox (``--clearenv``): nobody
+    can know the hidden inputs before the run.
+    """
+    old = os.environ.get(SECRET_ENV)
+    os.environ[SECRET_ENV] = secrets.token_hex(16)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(SECRET_ENV, None)
+        else:
+            os.environ[SECRET_ENV] = old
+
+
+def _prepare_sandbox_course(spec: ChapterSpec, course_dir: Path, judge) -> None:
+    """course_lib for the sandbox (no exercise module, no answer's body) and the hidden inputs."""
     from course_lib import grading
 
+    from autograder.strip import answers_to_strip, build_sandbox_course_lib
+
+    build_sandbox_course_lib(course_dir, answers_to_strip(spec.exercise_chapter))
+    inputs = course_dir / INPUTS_FOLDER
+    if inputs.exists():
+        shutil.rmtree(inputs)
+    with _run_secret():
+        judge.write_inputs(inputs, list(grading.chapter_exercises(spec.exercise_chapter)))
+    for path in [inputs, *inputs.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> None:
     from autograder.cgroups import grader_cgroups
     from autograder.judge import Judge
     from autograder.sandbox import Limits, acquire_slots
-    from autograder.strip import build_sandbox_course_lib, needed_by_cases
 
     if not todo:
         return
     cgroup_warning = grader_cgroups().warning()
     if cgroup_warning:  # once, before any sandbox: the protections the RLIMITs cannot give
         print(printable(cgroup_warning), file=sys.stderr)
-    refs = []
-    exercises = list(grading.chapter_exercises(spec.exercise_chapter).values())
-    for ex in exercises:
-        refs += [ex.reference, *ex.forbidden]
-    kept = needed_by_cases(exercises, refs)
-    if kept:
-        names = ", ".join(sorted({getattr(o, "__qualname__", repr(o)) for o in kept}))
-        print(f"note: the hidden cases build their inputs with {names}; these keep their bodies "
-              "in the sandbox (the reference guard still fails a solution that calls them)",
-              file=sys.stderr)
     course_dir = out / "work" / "sandbox-course"
-    extra = sorted(Path(os.environ[EXTRA_EXERCISES_ENV]).glob("*.py")) \
-        if os.environ.get(EXTRA_EXERCISES_ENV) else []
-    build_sandbox_course_lib(course_dir, [r for r in refs if not any(r is k for k in kept)], extra)
+    judge = Judge()
+    _prepare_sandbox_course(spec, course_dir, judge)
     limits = Limits(memory_bytes=args.memory_mb << 20, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout)
-    judge = Judge()
     workers = args.workers or os.cpu_count() or 1
     slots, slot_locks = acquire_slots(workers)
     import threading

@@ -21,6 +21,42 @@ from autograder.rebuild import Plan, StudentCell
 from autograder.sandbox import Limits, Sandbox, SandboxDied
 
 MAX_RECORD_FILE = 16 << 20
+#: Caps on what a reply may carry into results, feedback and the summary: everything the sandbox
+#: sends is hostile data (student code can write on the reply channel).
+MAX_OUTPUT_CHARS = 64 * 1024
+MAX_ERROR_CHARS = 2000
+
+
+def _text(value: object, cap: int) -> str:
+    """A reply's text field as a string of at most ``cap`` characters (anything else: empty)."""
+    if not isinstance(value, str):
+        return ""
+    return value if len(value) <= cap else value[:cap] + f"\n[... {len(value) - cap} characters cut]"
+
+
+def clean_reply(reply: dict, n_cases: int = 0) -> dict:
+    """A sandbox reply reduced to typed, capped fields: ``ok``, ``error``, ``output``, ``records``.
+
+    ``records`` keeps only ``case00.npz`` ... for the exercise's ``n_cases`` cases, each a base64
+    string within :data:`MAX_RECORD_FILE` once decoded; everything else is dropped.
+
+    Example:
+        >>> clean_reply({"ok": "yes", "error": ["x"], "output": "hi", "records": {
+        ...     "case00.npz": "AAAA", "case000001.npz": "AAAA", "../x": "AAAA"}}, n_cases=1)
+        {'ok': False, 'error': None, 'output': 'hi', 'records': {'case00.npz': 'AAAA'}}
+    """
+    error = reply.get("error")
+    records = reply.get("records")
+    names = {f"case{k:02d}.npz" for k in range(n_cases)}
+    kept = {}
+    if isinstance(records, dict):
+        for name in sorted(names):
+            b64 = records.get(name)
+            if isinstance(b64, str) and len(b64) <= MAX_RECORD_FILE * 4 // 3 + 8:
+                kept[name] = b64
+    return {"ok": reply.get("ok") is True,
+            "error": _text(error, MAX_ERROR_CHARS) if isinstance(error, str) else None,
+            "output": _text(reply.get("output"), MAX_OUTPUT_CHARS), "records": kept}
 
 
 @dataclass
@@ -59,8 +95,9 @@ def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path
         sb.start()
         for code in spec.setup:
             reply = sb.run("cell", code, limits.cell_timeout)
-            if not reply.get("ok"):
-                notes.append(f"the chapter's setup cell failed in the sandbox: {reply.get('error')}")
+            reply = clean_reply(reply)
+            if not reply["ok"]:
+                notes.append(f"the chapter's setup cell failed in the sandbox: {reply['error']}")
         for cell in replay:
             sb.run("cell", cell.source, limits.cell_timeout)
         return sb
@@ -108,24 +145,27 @@ def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path
                                      "left out")
                     continue
                 replay.append(cell)
-                res.logs.append(CellLog(label, cell.source, str(reply.get("output", ""))[:65536],
-                                        reply.get("error")))
+                reply = clean_reply(reply)
+                res.logs.append(CellLog(label, cell.source, reply["output"], reply["error"]))
             visible_error = None
             try:
-                reply = ensure().run("test", ex.visible_test, timeout, exercise=eid, hidden=False)
-                visible_error = None if reply.get("ok") else (reply.get("error") or "failed")
-                res.logs.append(CellLog("visible tests", ex.visible_test,
-                                        str(reply.get("output", ""))[:65536], visible_error))
+                reply = clean_reply(ensure().run("test", ex.visible_test, timeout, exercise=eid,
+                                                 hidden=False))
+                visible_error = None if reply["ok"] else (reply["error"] or "failed")
+                res.logs.append(CellLog("visible tests", ex.visible_test, reply["output"],
+                                        visible_error))
             except (SandboxDied, OSError) as err:
                 box = None
                 visible_error = getattr(err, "reason", str(err))
                 res.logs.append(CellLog("visible tests", ex.visible_test, "", visible_error))
             hidden_error = None
             records: dict = {}
+            n_cases = len(judge.cases(eid))
             try:
-                reply = ensure().run("test", ex.hidden_test, timeout, exercise=eid, hidden=True)
-                hidden_error = None if reply.get("ok") else reply.get("error")
-                records = reply.get("records") or {}
+                reply = clean_reply(ensure().run("test", ex.hidden_test, timeout, exercise=eid,
+                                                 hidden=True, cases=n_cases), n_cases)
+                hidden_error = None if reply["ok"] else reply["error"]
+                records = reply["records"]
             except (SandboxDied, OSError) as err:
                 box = None
                 hidden_error = getattr(err, "reason", str(err))
@@ -135,17 +175,12 @@ def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path
             folder.mkdir(parents=True, exist_ok=True)
             for old in folder.glob("*"):
                 old.unlink()
-            if isinstance(records, dict):
-                for name, b64 in records.items():
-                    if (isinstance(name, str) and isinstance(b64, str)
-                            and len(b64) < MAX_RECORD_FILE * 4 // 3 + 8
-                            and name.startswith("case") and name.endswith(".npz")
-                            and "/" not in name and name[4:-4].isdigit()):
-                        try:
-                            data = base64.b64decode(b64, validate=True)
-                        except ValueError:  # not base64: that case has no result, nothing more
-                            continue
-                        (folder / name).write_bytes(data)
+            for name, b64 in records.items():  # clean_reply kept the exercise's names only
+                try:
+                    data = base64.b64decode(b64, validate=True)
+                except ValueError:  # not base64: that case has no result, nothing more
+                    continue
+                (folder / name).write_bytes(data)
             verdict = judge.judge(eid, record_root, hidden_error)
             res.messages.extend(verdict.messages)
             if verdict.passed and visible_error is None:

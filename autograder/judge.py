@@ -1,14 +1,17 @@
 """The trusted judge: reference outputs computed here, student records compared here.
 
-This process never runs student code. It reads the plain records a sandbox produced
-(``.npz``, ``allow_pickle=False``, size-checked before loading), rebuilds each hidden case's inputs
-from its seed, computes course_lib's reference output once per case (cached for the whole batch)
-and hands each case to :func:`course_lib.grading.judge`, the one place that turns an outcome into
-the message a student reads.
+This process never runs student code. It builds each hidden case's inputs once per grading run
+(the run's secret is mixed into every seed, so nobody can know them in advance) and writes them for
+the sandboxes (:meth:`Judge.write_inputs`); it reads the plain records a sandbox produced (``.npz``,
+``allow_pickle=False``, size-checked before loading), computes course_lib's reference output on the
+very same inputs once per case (cached for the whole batch) and hands each case to
+:func:`course_lib.grading.judge`, the one place that turns an outcome into the message a student
+reads.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ class Judge:
         self._locks: dict[str, threading.Lock] = {}
         self._expected: dict[tuple[str, int], Any] = {}
         self._cases: dict[str, list[grading.Case]] = {}
+        self._inputs: dict[str, list[dict[str, Any]]] = {}
 
     def _exercise_lock(self, exercise_id: str) -> threading.Lock:
         with self._lock:
@@ -53,13 +57,28 @@ class Judge:
                 self._cases[exercise_id] = list(grading.get_exercise(exercise_id).cases())
             return self._cases[exercise_id]
 
+    def inputs(self, exercise_id: str) -> list[dict[str, Any]]:
+        """The inputs of every hidden case, built once (the sandboxes get exactly these)."""
+        cases = self.cases(exercise_id)
+        with self._exercise_lock(exercise_id):
+            if exercise_id not in self._inputs:
+                self._inputs[exercise_id] = [case.inputs() for case in cases]
+            return self._inputs[exercise_id]
+
+    def write_inputs(self, folder: Path, exercise_ids: list[str]) -> None:
+        """Write the hidden inputs of ``exercise_ids`` where the sandboxes read them."""
+        for exercise_id in exercise_ids:
+            grading.write_case_inputs(grading.get_exercise(exercise_id), folder,
+                                      self.inputs(exercise_id))
+
     def expected(self, exercise_id: str, k: int) -> Any:
         case = self.cases(exercise_id)[k]  # takes (and releases) the exercise's lock itself
+        inputs = self.inputs(exercise_id)[k]
         with self._exercise_lock(exercise_id):
             key = (exercise_id, k)
             if key not in self._expected:
                 ex = grading.get_exercise(exercise_id)
-                self._expected[key] = grading.reference_output(ex, case)
+                self._expected[key] = grading.reference_output(ex, case, copy.deepcopy(inputs))
             return self._expected[key]
 
     def judge_case(self, exercise_id: str, k: int, record: dict[str, Any]) -> str | None:
@@ -67,8 +86,16 @@ class Judge:
         ex = grading.get_exercise(exercise_id)
         case = self.cases(exercise_id)[k]
         got, error, hit = record.get("output"), record.get("error"), record.get("reference_called")
+        largest = record.get("largest")
+        if error is not None:
+            error = str(error)[:2000]
+        if hit is not None:
+            hit = str(hit)[:200]
+        if largest is not None and (type(largest) is not int or largest < 0):
+            return "the result could not be judged (a malformed size)"
         expected = None if (hit or error) else self.expected(exercise_id, k)
-        return grading.judge(ex, case, got, None if error is None else str(error), hit, expected)
+        inputs = copy.deepcopy(self.inputs(exercise_id)[k])
+        return grading.judge(ex, case, got, error, hit, expected, largest=largest, inputs=inputs)
 
     def judge(self, exercise_id: str, record_dir: Path, ran_error: str | None) -> ExerciseVerdict:
         """Judge every hidden case of an exercise from the records in ``record_dir``."""

@@ -3,8 +3,9 @@
 What the sandbox isolates (also in ``autograder/README.md``):
 
 * **Files**: a fresh mount namespace whose root is an empty tmpfs. Read-only: ``/usr`` (system
-  libraries), the Python installation and the virtualenv, the sandbox copy of course_lib (this
-  chapter's reference bodies removed, see :mod:`autograder.strip`) and the runner script.
+  libraries), the Python installation and the virtualenv, the sandbox copy of course_lib (no
+  exercise module and no body of any exercise's answer, see :mod:`autograder.strip`, with this
+  run's hidden inputs in ``grading-inputs/``) and the runner script.
   Writable: ``/tmp`` only, a size-capped tmpfs that disappears with the sandbox. The repository,
   ``solutions/``, ``.git``, the gradebook, the grades, the reference outputs and the other
   submissions do not exist inside.
@@ -48,6 +49,9 @@ from typing import Callable
 from autograder import cgroups
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
+#: The folder of ``course_dir`` (read-only in the sandbox) holding the hidden cases' inputs that
+#: the trusted process built for this grading run (not a Python name: nothing can import it).
+INPUTS_FOLDER = "grading-inputs"
 REPLY_CAP = 48 * 1024 * 1024
 UID_BASE = 60000
 SLOT_LOCKS = Path(tempfile.gettempdir()) / "autograder-slots"
@@ -206,6 +210,7 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_
         "HOME": "/tmp", "PYTHONPATH": "/opt/course", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0", "COURSE_GRADING_MODE": "record",
         "COURSE_GRADING_RECORD_DIR": "/tmp/records", "COURSE_LIB_QUICK": "1",
+        "COURSE_GRADING_INPUT_DIR": f"/opt/course/{INPUTS_FOLDER}",
         "COURSE_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/.mpl",
         "CUDA_VISIBLE_DEVICES": "",

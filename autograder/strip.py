@@ -1,11 +1,19 @@
-"""The sandbox's copy of course_lib, with the bodies of this chapter's reference solutions removed.
+"""The sandbox's copy of course_lib: no exercise module, and no body of any answer.
 
-The reference guard of :mod:`course_lib.grading` (a profiler hook) fails a case whose student
-code calls a reference. Student code can switch the hook off (``sys.setprofile(None)``), so the
-sandbox does not get the references at all: every function named as an exercise's ``reference``
-or in its ``forbidden`` tuple (and every method of a forbidden class) has its body replaced by a
-``raise`` in the copy of course_lib mounted in the sandbox. The docstring and signature stay, so
-the rest of course_lib imports and works. The trusted judge uses the real course_lib.
+Student code in the sandbox must find nothing that computes an exercise's answer, of any chapter:
+
+* **No exercise module.** ``course_lib/exercises/`` keeps only ``__init__.py``, ``_common.py``
+  and ``_calls.py`` (seeded helpers and call adapters): the references, slips, diagnoses and case
+  builders of every chapter stay on the trusted side, which builds the hidden inputs and hands
+  them to the sandbox (:func:`course_lib.grading.write_case_inputs`).
+* **No answer's body.** Every function named as an exercise's ``reference`` or in its
+  ``forbidden`` tuple, in every chapter (and every method of such a class), has its body replaced
+  by a ``raise`` in the copy, unless the chapter being graded allows it (``Exercise.allowed``).
+  The docstring and signature stay, so the rest of course_lib imports and works.
+
+The reference guard of :mod:`course_lib.grading` (a profiler hook) could be switched off by
+student code (``sys.setprofile(None)``); the stripped copy cannot. The trusted judge uses the
+real course_lib.
 """
 
 from __future__ import annotations
@@ -13,7 +21,6 @@ from __future__ import annotations
 import ast
 import inspect
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -27,29 +34,6 @@ MESSAGE = ("course_lib's implementation of {name} " + grading.STRIPPED_MARKER
 def _codes(obj: Any) -> set[Any]:
     # The guard's own walker: what the profiler watches is exactly what is stripped here.
     return set(grading.code_objects(obj))
-
-
-def needed_by_cases(exercises: Iterable[Any], references: Iterable[Any]) -> list[Any]:
-    """The references that the hidden cases' input builders call themselves.
-
-    Those cannot lose their bodies in the sandbox (the sandbox builds the inputs); they stay
-    protected by course_lib's profiler guard only.
-    """
-    called: set[Any] = set()
-
-    def profiler(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            called.add(frame.f_code)
-
-    previous = sys.getprofile()
-    sys.setprofile(profiler)
-    try:
-        for ex in exercises:
-            for case in ex.cases():
-                case.inputs()
-    finally:
-        sys.setprofile(previous)
-    return [obj for obj in references if _codes(obj) & called]
 
 
 def _targets(objs: Iterable[Any]) -> dict[Path, set[str]]:
@@ -117,14 +101,35 @@ def strip_source(source: str, names: set[str]) -> tuple[str, list[str]]:
     return ast.unparse(tree) + "\n", stripper.stripped
 
 
-def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]],
-                             extra_exercise_files: Iterable[Path] = ()) -> list[str]:
-    """Copy course_lib to ``dest/course_lib`` with ``references`` stripped; return what was stripped.
+#: What the sandbox's ``course_lib/exercises/`` keeps: no chapter's exercise module.
+SANDBOX_EXERCISE_FILES = ("__init__.py", "_common.py", "_calls.py")
+
+
+def answers_to_strip(chapter: str) -> list[Any]:
+    """Every chapter's references and forbidden objects, less what ``chapter``'s exercises allow.
+
+    Example:
+        >>> from course_lib import attention
+        >>> attention.scaled_dot_product_attention in answers_to_strip("seq2seq")
+        True
+    """
+    exercises = grading.chapter_exercises(chapter).values()
+    allowed = {code for ex in exercises for obj in ex.allowed for code in _codes(obj)}
+    order = [chapter] + [c for c in grading.exercise_chapters() if c != chapter]
+    out: list[Any] = []
+    for obj, _ in grading.answer_objects(order):
+        if not (_codes(obj) & allowed) and not any(obj is o for o in out):
+            out.append(obj)
+    return out
+
+
+def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]]) -> list[str]:
+    """Copy course_lib to ``dest/course_lib`` without exercise modules and with ``references``
+    stripped; return what was stripped.
 
     Args:
         dest: the folder that goes on the sandbox's PYTHONPATH.
-        references: the chapter's reference implementations and forbidden objects.
-        extra_exercise_files: test-only exercise modules, copied into ``course_lib/exercises``.
+        references: the objects whose bodies go (see :func:`answers_to_strip`).
     """
     src_root = Path(course_lib.__file__).resolve().parent
     dest.mkdir(parents=True, exist_ok=True)
@@ -133,19 +138,17 @@ def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(src_root, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    extra_map: dict[Path, Path] = {}
-    for f in extra_exercise_files:
-        shutil.copyfile(f, target / "exercises" / f.name)
-        extra_map[Path(f).resolve()] = target / "exercises" / f.name
+    for path in (target / "exercises").iterdir():
+        if path.name not in SANDBOX_EXERCISE_FILES:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     stripped: list[str] = []
     for path, names in _targets(references).items():
-        if path in extra_map:
-            out = extra_map[path]
-        else:
-            try:
-                out = target / path.relative_to(src_root)
-            except ValueError:
-                continue  # not part of course_lib (e.g. torch itself): nothing to hide
+        try:
+            out = target / path.relative_to(src_root)
+        except ValueError:
+            continue  # not part of course_lib (torch itself, a test's own chapter): not copied
+        if not out.exists():
+            continue  # an exercise module: not in the sandbox at all
         text, done = strip_source(path.read_text(encoding="utf-8"), names)
         out.write_text(text, encoding="utf-8")
         stripped += [f"{out.relative_to(dest)}:{q}" for q in done]

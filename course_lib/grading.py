@@ -220,6 +220,9 @@ def chapter_exercises(chapter: str) -> dict[str, Exercise]:
     try:
         module = importlib.import_module(f"course_lib.exercises.{chapter}")
     except ModuleNotFoundError as err:
+        if os.environ.get(MODE_ENV) == "record":  # the grading sandbox holds no exercise module
+            raise GradingError(f"the exercises of chapter {chapter!r} {STRIPPED_MARKER}: solve "
+                               "the exercise with your own code") from err
         raise GradingError(f"no exercises registered for chapter {chapter!r}") from err
     exercises = getattr(module, "EXERCISES", None)
     if not isinstance(exercises, dict):

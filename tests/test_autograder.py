@@ -166,22 +166,6 @@ def test_committed_colab_fixtures_match_their_generator() -> None:
         assert colab_transform(json.dumps(nb).encode(), "fixture.ipynb") == (colab / name).read_bytes()
 
 
-def test_references_used_to_build_case_inputs_are_not_stripped() -> None:
-    from course_lib.grading import Case, Exercise
-
-    from autograder.strip import needed_by_cases
-
-    def ref_a(n: int) -> list[int]:
-        return list(range(n))
-
-    def ref_b(n: int) -> int:
-        return n
-
-    ex_a = Exercise("t.a", ref_a, lambda: [Case("c", lambda: {"n": 2})], 1)
-    ex_b = Exercise("t.b", ref_b, lambda: [Case("c", lambda: {"n": len(ref_a(3))})], 1)
-    assert needed_by_cases([ex_a, ex_b], [ref_a, ref_b]) == [ref_a]
-
-
 def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A CI checkout under /tmp: its virtualenv must be bound on top of the sandbox's fresh /tmp,

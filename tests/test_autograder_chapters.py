@@ -5,9 +5,6 @@ nothing here names a chapter.
 
 Fast checks, without running a notebook (``make test-fast`` runs them):
 
-* no hidden case builds its inputs with a reference or forbidden object of the chapter (such a
-  reference would keep its body in the grading sandbox, so a student who switches the guard off
-  could call it there): the chapter fails here, not on the grading day;
 * the grader can read the chapter: every test cell's hidden part names one exercise, a single
   solution cell defines its function, and it is worth points.
 
@@ -21,7 +18,13 @@ and each copy must get exactly its grade:
 * ``guard-off``: every exercise switches the guard off first, then calls the reference: the
   sandbox's copy of course_lib has the reference's body stripped, zero;
 * ``colab``: the solutions as Colab saves them, full marks; ``stripped-metadata``: every cell's
-  metadata and id removed, full marks (solutions found by their ``def`` line).
+  metadata and id removed, full marks (solutions found by their ``def`` line);
+* ``module-helpers``: every exercise switches the guard off and calls the chapter's exercise
+  module (its reference, which its slips and helpers reach too): the sandbox has no exercise
+  module, zero;
+* ``memorised``: every exercise a table of course_lib's outputs on the hidden inputs as a
+  student would build them in advance (tests/adversarial/memorised.py), no implementation: the
+  grading run's secret changes the inputs, zero.
 
 tests/test_grading_chapters.py runs the solution and the blank release through both engines;
 this file is the hardened grader's defences, chapter by chapter.
@@ -43,34 +46,20 @@ import pytest
 
 from autograder.chapter_spec import load_chapter_spec
 from autograder.paths import REPO, Chapter, find_chapters
+from course_lib import grading
+from tests.adversarial import memorised
 from tests.adversarial.generate import _solution_text
 from tests.fixtures.colab.transform import colab_transform
 
 CHAPTERS = [c.name for c in find_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
 COPIES = ["solution", "blank", "partial", "calls-reference", "guard-off", "colab",
-          "stripped-metadata"]
+          "stripped-metadata", "module-helpers", "memorised"]
 
 
 def test_chapters_are_found_by_glob() -> None:
     globbed = sorted(p.parent.name for p in (REPO / "solutions").glob("[0-9][0-9]-*/*.ipynb")
                      if p.name == p.parent.name.split("-", 1)[1] + ".ipynb")
     assert CHAPTERS and CHAPTERS == globbed
-
-
-@pytest.mark.parametrize("name", CHAPTERS)
-def test_no_hidden_case_needs_a_forbidden_reference(name: str) -> None:
-    """A reference that the hidden cases call to build their inputs keeps its body in the
-    sandbox (the sandbox builds the inputs), so only the in-kernel guard would protect it:
-    build inputs with torch and course_lib.exercises._common alone (AUTHORING.md, rule 5)."""
-    from autograder.strip import needed_by_cases
-    from course_lib import grading
-
-    exercises = list(grading.chapter_exercises(Chapter(name).exercise_chapter).values())
-    refs = [obj for ex in exercises for obj in (ex.reference, *ex.forbidden)]
-    kept = needed_by_cases(exercises, refs)
-    names = sorted({getattr(o, "__qualname__", repr(o)) for o in kept})
-    assert not kept, (f"{name}: the hidden cases build their inputs with {names}; a student who "
-                      "switches the guard off could call them in the sandbox")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -122,6 +111,21 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
             return f"def {ex.function}(*args, **kwargs):\n" + "".join(f"    {x}\n" for x in lines)
         return body
 
+    def module_helpers(ex):
+        chapter_module = f"course_lib.exercises.{ex.exercise_id.split('.', 1)[0]}"
+        lines = ["import importlib, sys, threading", "sys.setprofile(None)",
+                 "threading.setprofile(None)",
+                 f"module = importlib.import_module({chapter_module!r})",
+                 f"return module.EXERCISES[{ex.exercise_id!r}].reference(*args, **kwargs)"]
+        return f"def {ex.function}(*args, **kwargs):\n" + "".join(f"    {x}\n" for x in lines)
+
+    def memorised_cell(ex):
+        registered = grading.get_exercise(ex.exercise_id)
+        if not memorised.memorisable(registered):
+            return None  # a letter or a random function: left blank
+        with memorised.secret("a-guess-made-before-the-grading-run"):
+            return memorised.cell_source(ex.function, memorised.build_table(registered))
+
     solved = with_cells(solution)
     half = {ex.exercise_id for i, ex in enumerate(spec.exercises) if i % 2 == 0}
     stripped = copy.deepcopy(solved)
@@ -138,6 +142,8 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
         "guard-off": (_dump(with_cells(call_reference(True))), zero),
         "colab": (colab_transform(_dump(solved).encode(), chapter.release.name).decode(), full),
         "stripped-metadata": (_dump(stripped), full),
+        "module-helpers": (_dump(with_cells(module_helpers)), zero),
+        "memorised": (_dump(with_cells(memorised_cell)), zero),
     }
 
 
@@ -199,3 +205,13 @@ def test_reference_calls_fail_with_the_reference_message(graded: dict, copy_name
     for eid, r in graded["results"][copy_name]["exercises"].items():
         assert any("calls course_lib's implementation" in m for m in r["messages"]), \
             f"{graded['name']} {copy_name} {eid}: {r['messages'][:2]}"
+
+
+def test_memorised_outputs_fail_the_hidden_cases_themselves(graded: dict) -> None:
+    """Not only the visible tests: the hidden cases of every memorisable exercise miss the table."""
+    for ex in graded["spec"].exercises:
+        if not memorised.memorisable(grading.get_exercise(ex.exercise_id)):
+            continue
+        messages = graded["results"]["memorised"]["exercises"][ex.exercise_id]["messages"]
+        assert any("input not memorised" in m for m in messages), \
+            f"{graded['name']} {ex.exercise_id}: {messages[:2]}"
