@@ -329,6 +329,7 @@ def test_colab_numbers_are_the_websites(built_book: Path, slug: str) -> None:
     committed = measured.load(chapter)
     cited = measured.chapter_roles(chapter)
     assert len(site) == len(cited), "the website pastes another number of values than the prose cites"
+    assert measured.missing(chapter) == [], f"run `python -m autograder measure {slug}`"
     differ = [f"{name} ({spec}): website {shown}, committed "
               f"{measured.format_value(committed.values[name], spec)}"
               for (name, spec), shown in zip(cited, site) if name not in committed.varies
