@@ -28,6 +28,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from course_lib.checks import (check_bool_tensor, check_float_tensor, check_int_tensor,
+                               check_same_dtype, check_tensor)
+
 Impl = Literal["reference", "fast"]
 IMPLS: tuple[str, ...] = ("reference", "fast")
 
@@ -69,6 +72,7 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> tor
         >>> additive_mask(torch.tensor([True, False]))
         tensor([0., -inf])
     """
+    check_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got {mask.dtype}")
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
@@ -98,6 +102,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
         >>> masked_softmax(torch.tensor([[0.0, 0.0, 5.0]]), torch.tensor([[True, True, False]]))
         tensor([[0.5000, 0.5000, 0.0000]])
     """
+    check_float_tensor("scores", scores)
     if mask is None:
         return torch.softmax(scores, dim=dim)
     _check_mask(mask, scores.shape)
@@ -111,6 +116,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
 
 
 def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_float_tensor(name, t)
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
             "query, key and value need at least 2 dimensions (..., length, features); got "
@@ -227,6 +234,11 @@ def scaled_dot_product_attention(
 
 def _check_step(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
                 cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
+    tensors = {"x": x, "w_q": w_q, "w_k": w_k, "w_v": w_v, "cache_k": cache_k,
+               "cache_v": cache_v}
+    for name, t in tensors.items():
+        check_float_tensor(name, t)
+    check_same_dtype(**tensors)
     if x.dim() != 2:
         raise ValueError(f"x must be (batch, d_model), one new token per sequence; got "
                          f"{tuple(x.shape)}")
@@ -338,8 +350,11 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
         tensor([[1, 0, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
+    check_int_tensor("lengths", lengths, shape="(batch,)")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (batch,), got shape {tuple(lengths.shape)}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {int(lengths.min())}")
     max_len = int(lengths.max()) if max_len is None else max_len
     positions = torch.arange(max_len, device=lengths.device)
     return positions[None, :] < lengths[:, None]
@@ -363,10 +378,12 @@ def attention_mask(key_padding: torch.Tensor | None = None,
     """
     mask = None
     if key_padding is not None:
+        check_bool_tensor("key_padding", key_padding, shape="(batch, keys)")
         if key_padding.dim() != 2:
             raise ValueError(f"key_padding must be (batch, keys), got {tuple(key_padding.shape)}")
         mask = key_padding[:, None, None, :]  # (B, 1, 1, T_k)
     if attn is not None:
+        check_bool_tensor("attn", attn, shape="(queries, keys)")
         if attn.dim() not in (2, 3):
             raise ValueError(f"attn must be (queries, keys) or (batch, queries, keys), got "
                              f"{tuple(attn.shape)}")

@@ -291,16 +291,42 @@ class Tokenizer:
 
         Both files write bytes in GPT-2's alphabet (:func:`bytes_to_unicode`); the merges file
         has one ``"a b"`` pair per line, after an optional ``#version`` line.
+
+        Raises:
+            ValueError: a file that is not what its argument names (the two paths swapped, a
+                vocabulary that is not a JSON object of token -> id, a merge line that is not a
+                pair), naming the file and the line.
         """
         decode = {c: b for b, c in bytes_to_unicode().items()}
-        to_bytes = lambda s: bytes(decode[c] for c in s)  # noqa: E731
-        table = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
-        vocab = {int(i): to_bytes(s) for s, i in table.items()}
+
+        def to_bytes(token: str, where: str) -> bytes:
+            if unknown := sorted(set(token) - set(decode)):
+                raise ValueError(f"{where}: {token!r} holds {unknown[:3]}, characters outside "
+                                 "GPT-2's byte alphabet (bytes_to_unicode)")
+            return bytes(decode[c] for c in token)
+
+        text = Path(vocab_path).read_text(encoding="utf-8")
+        try:
+            table = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"vocab_path {str(vocab_path)!r} is not JSON ({err.msg}, line "
+                             f"{err.lineno}); GPT-2's encoder.json is: were vocab_path and "
+                             "merges_path swapped?") from None
+        if not isinstance(table, dict) or not all(isinstance(i, int) for i in table.values()):
+            raise ValueError(f"vocab_path {str(vocab_path)!r} must hold a JSON object of token -> "
+                             f"id (GPT-2's encoder.json), got a {type(table).__name__}")
+        vocab = {i: to_bytes(s, f"vocab_path {str(vocab_path)!r}") for s, i in table.items()}
         merges = []
-        for line in Path(merges_path).read_text(encoding="utf-8").splitlines():
+        lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
             if line and not line.startswith("#version"):
-                a, b = line.split(" ")
-                merges.append((to_bytes(a), to_bytes(b)))
+                where = f"merges_path {str(merges_path)!r}, line {number}"
+                pair = line.split(" ")
+                if len(pair) != 2:
+                    swapped = "; were vocab_path and merges_path swapped?" * line.startswith("{")
+                    raise ValueError(f"{where}: expected a merge 'a b', got {line[:40]!r}"
+                                     f"{swapped}")
+                merges.append((to_bytes(pair[0], where), to_bytes(pair[1], where)))
         return cls(vocab, merges, special_tokens)
 
     def __len__(self) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from course_lib.checks import check_int
 from course_lib.transformer import TransformerConfig
 
 
@@ -69,7 +70,8 @@ def layer_shares(d: int, d_ff: int | None = None) -> dict[str, float]:
         >>> round(layer_shares(768)["ffn"], 4)
         0.6663
     """
-    d_ff = 4 * d if d_ff is None else d_ff
+    check_int("d", d, minimum=1)  # d = 0 would share out nothing (a division by zero)
+    d_ff = 4 * d if d_ff is None else check_int("d_ff", d_ff, minimum=1)
     total = encoder_layer_params(d, d_ff)
     return {"attention": attention_params(d) / total,
             "ffn": feed_forward_params(d, d_ff) / total,

@@ -28,18 +28,25 @@ from typing import Callable
 
 import torch
 
+from course_lib.checks import check_float_tensor, check_ids, check_int, check_tensor, check_token_id
+
 StepFn = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _check_prompt(prompt: torch.Tensor) -> torch.Tensor:
+def _check_prompt(prompt: torch.Tensor, name: str = "prompt") -> torch.Tensor:
+    check_tensor(name, prompt, shape="(B, t0)")
     if prompt.dtype != torch.long:
-        raise TypeError(f"prompt must hold long token ids, got {prompt.dtype}")
+        raise TypeError(f"{name} must hold long token ids, got {prompt.dtype}")
     if prompt.dim() == 1:
         prompt = prompt[None]  # (t0,) -> (1, t0)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
-        raise ValueError(f"prompt must be (B, t0) with t0 >= 1 (e.g. a <bos> column), got "
+        raise ValueError(f"{name} must be (B, t0) with t0 >= 1 (e.g. a <bos> column), got "
                          f"shape {tuple(prompt.shape)}")
     return prompt
+
+
+def _check_eos(eos_id: int, log_probs: torch.Tensor) -> None:
+    check_token_id("eos_id", eos_id, log_probs.shape[1], vocabulary="the step's vocabulary")
 
 
 def _next_log_probs(step: StepFn, tokens: torch.Tensor) -> torch.Tensor:
@@ -74,12 +81,16 @@ def greedy_decode(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
         [[3, 1, 1, 0]]
     """
     tokens = _check_prompt(prompt)
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, minimum=0)
     pad_id = eos_id if pad_id is None else pad_id
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for _ in range(max_new_tokens):
-        next_token = _next_log_probs(step, tokens).argmax(dim=-1)  # (B,)
+        log_probs = _next_log_probs(step, tokens)  # (B, V)
+        if eos_id is not None:
+            _check_eos(eos_id, log_probs)
+        next_token = log_probs.argmax(dim=-1)  # (B,)
         if eos_id is not None:
             next_token = next_token.masked_fill(finished, pad_id)
             finished = finished | (next_token == eos_id)
@@ -133,8 +144,9 @@ def beam_search(step: StepFn, prompt: torch.Tensor, beam_width: int, max_new_tok
     if prompt.shape[0] != 1:
         raise ValueError("beam_search decodes one sequence; prompt has batch size "
                          f"{prompt.shape[0]}")
-    if beam_width < 1:
-        raise ValueError(f"beam_width must be >= 1, got {beam_width}")
+    check_int("beam_width", beam_width, minimum=1)
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    check_int("eos_id", eos_id, minimum=0)
     t0 = prompt.shape[1]
     beams = prompt  # (k, t), all rows the same length: finished rows are padded with <eos>
     scores: torch.Tensor | None = None  # (k,)
@@ -143,6 +155,7 @@ def beam_search(step: StepFn, prompt: torch.Tensor, beam_width: int, max_new_tok
         if bool(finished.all()) and scores is not None:
             break
         log_probs = _next_log_probs(step, beams)  # (k, V)
+        _check_eos(eos_id, log_probs)  # an id past the vocabulary would index out of range
         if scores is None:
             scores = torch.zeros(beams.shape[0], dtype=log_probs.dtype, device=log_probs.device)
         vocab = log_probs.shape[1]
@@ -181,7 +194,8 @@ def markov_step(logits: torch.Tensor) -> StepFn:
     Returns:
         ``step(tokens (B, t)) -> (B, V)``: a tiny "model" for tests and hand-checked examples.
     """
-    if logits.dim() != 3 or logits.shape[1] != logits.shape[2]:
+    check_float_tensor("logits", logits, ndim=3, shape="(positions, V, V)")
+    if logits.shape[1] != logits.shape[2]:
         raise ValueError(f"logits must be (positions, V, V), got shape {tuple(logits.shape)}")
     return MarkovStep(logits)
 
@@ -200,6 +214,10 @@ class MarkovStep:
         self.logits = logits
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        check_ids("tokens", tokens, self.logits.shape[-1], ndim=2, shape="(B, t)")
+        if tokens.shape[1] == 0:
+            raise ValueError(f"tokens must hold at least one token per row, got shape "
+                             f"{tuple(tokens.shape)}")
         position = min(tokens.shape[1], self.logits.shape[0]) - 1
         return self.logits[position][tokens[:, -1]]
 
@@ -254,7 +272,7 @@ def sequence_log_prob(step: StepFn, tokens: torch.Tensor, prompt_len: int) -> to
         >>> round(sequence_log_prob(step, torch.tensor([bos, 2, 1, eos]), 1).exp().item(), 2)
         0.36
     """
-    tokens = _check_prompt(tokens)
+    tokens = _check_prompt(tokens, "tokens")
     if tokens.shape[0] != 1:
         raise ValueError(f"sequence_log_prob scores one sequence; got batch size {tokens.shape[0]}")
     if not 1 <= prompt_len <= tokens.shape[1]:

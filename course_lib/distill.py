@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib import corpus, gpt, training
+from course_lib.checks import check_float_tensor, check_ids, check_positive, check_same_dtype
 
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
@@ -42,11 +43,13 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
         >>> distillation_loss(z, z, 2.0).abs().item() < 1e-6
         True
     """
+    check_float_tensor("student_logits", student_logits, min_ndim=1, shape="(..., V)")
+    check_float_tensor("teacher_logits", teacher_logits, min_ndim=1, shape="(..., V)")
+    check_same_dtype(student_logits=student_logits, teacher_logits=teacher_logits)
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
                          f"{tuple(teacher_logits.shape)} must have the same shape (..., V)")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    check_positive("temperature", temperature)
     log_p_student = F.log_softmax(student_logits / temperature, dim=-1)
     log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=-1)
     kl = (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(-1)  # (...,)
@@ -79,6 +82,7 @@ def train_student(student: gpt.GPT, teacher: gpt.GPT | None, ids: torch.Tensor, 
     """Train ``student`` on random windows of ``ids``: on the data alone (``teacher=None``), or on
     :func:`hinton_loss` with the frozen ``teacher``'s logits. The batches are the same for both
     (``data_seed``), so two runs differ only in their targets."""
+    check_ids("ids", ids, student.config.vocab_size, ndim=1, shape="(N,)")
     device = next(student.parameters()).device
     g = torch.Generator().manual_seed(data_seed)
 

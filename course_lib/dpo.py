@@ -23,6 +23,19 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import gpt, sampling
+from course_lib.checks import check_float_tensor, check_ids, check_positive, check_same_dtype
+
+
+def _vocab_size(model: object) -> int | None:
+    """The vocabulary of a course GPT (None for another language model: its own checks apply)."""
+    return model.config.vocab_size if isinstance(model, gpt.GPT) else None
+
+
+def _check_sequences(name: str, tokens: torch.Tensor, model: object) -> None:
+    check_ids(name, tokens, _vocab_size(model), ndim=2, shape="(B, T)")
+    if tokens.shape[1] == 0:
+        raise ValueError(f"{name} must hold at least one token per row, got shape "
+                         f"{tuple(tokens.shape)}")
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
@@ -45,14 +58,26 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
         >>> round(dpo_loss(z, z, z, z, beta=0.1).item(), 4)  # log 2
         0.6931
     """
+    named = {"policy_chosen": policy_chosen, "policy_rejected": policy_rejected,
+             "reference_chosen": reference_chosen, "reference_rejected": reference_rejected}
+    for name, t in named.items():
+        check_float_tensor(name, t)
+    check_same_dtype(**named)
     shapes = {tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen,
                                        reference_rejected)}
     if len(shapes) != 1 or policy_chosen.dim() != 1:
         got = [tuple(t.shape) for t in (policy_chosen, policy_rejected, reference_chosen,
                                         reference_rejected)]
-        raise ValueError(f"the four log-probabilities must be (B,) tensors of one shape, got {got}")
-    if beta <= 0:
-        raise ValueError(f"beta must be positive, got {beta}")
+        raise ValueError(f"the four log-probabilities (policy_chosen, policy_rejected, "
+                         f"reference_chosen, reference_rejected) must be (B,) tensors of one "
+                         f"shape, got {got}")
+    if policy_chosen.shape[0] == 0:
+        raise ValueError("policy_chosen and the other log-probabilities hold an empty batch: the "
+                         "mean loss over no pairs is NaN")
+    for name, t in named.items():
+        if bool(torch.isnan(t).any()):
+            raise ValueError(f"{name} holds NaN")
+    check_positive("beta", beta)
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
     return -F.logsigmoid(beta * margin).mean()
 
@@ -68,6 +93,7 @@ def completion_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int
     Returns:
         ``(B,)`` in the logits' dtype, with gradients if the model has them.
     """
+    _check_sequences("tokens", tokens, model)
     if not 1 <= prompt_length < tokens.shape[1]:
         raise ValueError(f"prompt_length must lie in [1, {tokens.shape[1]}), got {prompt_length}")
     log_probs = F.log_softmax(model(tokens[:, :-1]), dim=-1)  # (B, T-1, V)
@@ -89,6 +115,7 @@ def has_property(text: str) -> bool:
 def sample_completions(model: gpt.GPT, prompts: torch.Tensor, length: int, seed: int,
                        temperature: float = 1.0) -> torch.Tensor:
     """``(B, P + length)``: each prompt row followed by a sampled completion of ``length``."""
+    _check_sequences("prompts", prompts, model)
     g = torch.Generator(device=prompts.device).manual_seed(seed)
     return sampling.sample(model.cached_step(), prompts, length, g, temperature=temperature)
 
@@ -103,6 +130,7 @@ def preference_pairs(tokens: torch.Tensor, prompt_length: int, vocabulary: list[
     Returns:
         ``chosen, rejected``, both ``(n_pairs, T)``.
     """
+    check_ids("tokens", tokens, len(vocabulary), ndim=3, shape="(n_prompts, k, T)")
     chosen, rejected = [], []
     for group in tokens:
         texts = ["".join(vocabulary[i] for i in row[prompt_length:].tolist()) for row in group]
@@ -141,6 +169,12 @@ def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejecte
 
     The reference's log-probabilities are computed once: it never changes.
     """
+    _check_sequences("chosen", chosen, policy)
+    _check_sequences("rejected", rejected, policy)
+    if chosen.shape != rejected.shape or chosen.shape[0] == 0:
+        raise ValueError(f"chosen and rejected must hold the same number (>= 1) of pairs of one "
+                         f"length, got {tuple(chosen.shape)} and {tuple(rejected.shape)}")
+    check_positive("beta", beta)
     reference.eval()
     with torch.no_grad():
         ref_w = completion_logprobs(reference, chosen, prompt_length)

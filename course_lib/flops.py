@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.checks import check_finite
 from course_lib.gpt import GPT, GPTConfig
 
 #: One petaflop/s-day, Kaplan et al.'s and Brown et al.'s unit of compute: 1e15 FLOP/s for a day.
@@ -65,9 +66,10 @@ def forward_flops_per_token(n_params: float, n_layers: int, n_ctx: int, d_model:
         >>> forward_flops_per_token(85e6, 12, 1024, 768) / 1e6  # GPT-2 small, MFLOPs per token
         188.874368
     """
-    if n_params < 0 or n_layers < 0 or n_ctx < 0 or d_model < 0:
-        raise ValueError(f"counts must be non-negative, got N={n_params}, L={n_layers}, "
-                         f"n_ctx={n_ctx}, d={d_model}")
+    for name, value in (("n_params", n_params), ("n_layers", n_layers), ("n_ctx", n_ctx),
+                        ("d_model", d_model)):
+        if check_finite(name, value) < 0:
+            raise ValueError(f"counts must be non-negative: {name} = {value}")
     return 2.0 * n_params + 2.0 * n_layers * n_ctx * d_model
 
 
@@ -128,6 +130,9 @@ def attention_share(n_params: float, n_layers: int, n_ctx: int, d_model: int) ->
         0.1
     """
     total = forward_flops_per_token(n_params, n_layers, n_ctx, d_model)
+    if total == 0:
+        raise ValueError(f"attention_share of nothing: n_params={n_params}, n_layers={n_layers},"
+                         f" n_ctx={n_ctx}, d_model={d_model} give zero FLOPs per token")
     return 2.0 * n_layers * n_ctx * d_model / total
 
 

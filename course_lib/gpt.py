@@ -40,10 +40,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.attention import Impl, causal_mask, scaled_dot_product_attention
+from course_lib.checks import check_float_tensor, check_ids, check_int_tensor, check_tensor
 from course_lib.multihead import merge_heads, split_heads
 
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                   "mlp.c_proj.weight")  # stored (in, out) in GPT-2 checkpoints
+#: The dtypes ``F.cross_entropy`` takes as class targets.
+TARGET_DTYPES = (torch.long, torch.uint8)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,16 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
         >>> torch.allclose(gelu_tanh(x), manual)
         True
     """
+    check_float_tensor("x", x)
     return F.gelu(x, approximate="tanh")
+
+
+def _check_stream(x: torch.Tensor, d: int, *, any_rank: bool = False) -> None:
+    """``x`` is the residual stream: floats ``(B, T, d)`` (``(..., d)`` with ``any_rank``)."""
+    layout = f"(..., n_embd={d})" if any_rank else f"(batch, length, n_embd={d})"
+    check_float_tensor("x", x, ndim=None if any_rank else 3, min_ndim=1, shape=layout)
+    if x.shape[-1] != d:
+        raise ValueError(f"x must have shape {layout}, got shape {tuple(x.shape)}")
 
 
 class KVCache:
@@ -123,7 +135,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         if config.n_embd % config.n_head != 0:
             raise ValueError(f"n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
-        self.n_head = config.n_head
+        self.n_head, self.n_embd = config.n_head, config.n_embd
         self.attn_impl = config.attn_impl
         self.dropout = config.dropout
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
@@ -132,6 +144,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None,
                 layer: int = 0) -> torch.Tensor:
+        _check_stream(x, self.n_embd)
         T = x.shape[1]
         q, k, v = self.c_attn(x).split(x.shape[-1], dim=-1)  # 3 x (B, T, d)
         q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # (B, h, T, d_head)
@@ -150,11 +163,13 @@ class MLP(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        self.n_embd = config.n_embd
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_stream(x, self.n_embd, any_rank=True)
         return self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
 
 
@@ -170,6 +185,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None,
                 layer: int = 0) -> torch.Tensor:
+        _check_stream(x, self.attn.n_embd)
         x = x + self.attn(self.ln_1(x), cache, layer)
         return x + self.mlp(self.ln_2(x))
 
@@ -220,10 +236,16 @@ class GPT(nn.Module):
 
         With a ``cache`` holding ``P`` positions, ``idx`` holds positions ``P..P+T-1``; the cache
         is extended with their keys and values.
+
+        Raises:
+            ValueError: ``idx`` not ``(B, T)`` long or int32, an id outside ``[0, vocab_size)``
+                (the embedding has no row for it), more positions than ``block_size``.
         """
+        check_tensor("idx", idx, shape="(batch, length)")
         if idx.dim() != 2 or idx.dtype not in (torch.long, torch.int32):
             raise ValueError(f"idx must be (batch, length) integer ids, got {idx.dtype} of shape "
                              f"{tuple(idx.shape)}")
+        check_ids("idx", idx, self.config.vocab_size)
         start = 0 if cache is None else len(cache)
         T = idx.shape[1]
         if start + T > self.config.block_size:
@@ -242,7 +264,14 @@ class GPT(nn.Module):
         Recomputes the whole prefix (no cache); a prefix longer than ``block_size`` is cropped
         to its last ``block_size`` tokens, as GPT-2's sampler does.
         """
+        self._check_prefixes(tokens)
         return self(tokens[:, -self.config.block_size:])[:, -1]
+
+    def _check_prefixes(self, tokens: torch.Tensor) -> None:
+        check_ids("tokens", tokens, self.config.vocab_size, ndim=2, shape="(batch, length)")
+        if tokens.shape[1] == 0:
+            raise ValueError(f"tokens must hold at least one token per row (a prefix to "
+                             f"continue), got shape {tuple(tokens.shape)}")
 
     def cached_step(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """A step with a key-value cache: equal to :meth:`step`, but runs only the new token.
@@ -256,6 +285,7 @@ class GPT(nn.Module):
 
         @torch.no_grad()
         def step(tokens: torch.Tensor) -> torch.Tensor:
+            self._check_prefixes(tokens)
             cache, seen = state["cache"], state["tokens"]
             if tokens.shape[1] > self.config.block_size:
                 state["cache"] = state["tokens"] = None
@@ -326,6 +356,8 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         >>> abs(lm_loss(torch.zeros(1, 2, 4), torch.tensor([[0, 3]])).item() - math.log(4)) < 1e-6
         True
     """
+    check_float_tensor("logits", logits, ndim=3, shape="(B, T, V)")
+    check_ids("targets", targets, logits.shape[-1], ignore_index=-100, dtypes=TARGET_DTYPES)
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)} do not match targets (B, T) "
                          f"= {tuple(targets.shape)}")
@@ -376,6 +408,11 @@ def bits_per_byte_loss(logits: torch.Tensor, targets: torch.Tensor,
         >>> bits_per_byte_loss(logits, torch.tensor([[0, 3]]), torch.tensor([1, 1, 1, 3])).item()
         1.0
     """
+    check_float_tensor("logits", logits, ndim=3, shape="(B, T, V)")
+    check_ids("targets", targets, logits.shape[-1], dtypes=(torch.long,))
+    check_int_tensor("token_bytes", token_bytes, ndim=1, shape="(V,)")
+    if token_bytes.numel() and int(token_bytes.min()) < 0:
+        raise ValueError(f"token_bytes must count bytes (>= 0), got {int(token_bytes.min())}")
     if logits.shape[:-1] != targets.shape or token_bytes.shape != logits.shape[-1:]:
         raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)}, targets (B, T) = "
                          f"{tuple(targets.shape)} and token_bytes (V,) = {tuple(token_bytes.shape)}"
@@ -401,21 +438,27 @@ def from_gpt2_state_dict(state_dict: dict[str, torch.Tensor], config: GPTConfig)
     """A :class:`GPT` holding the weights of a GPT-2 checkpoint's state dict (HF naming).
 
     Buffers that are not weights (``attn.bias``, ``attn.masked_bias``: GPT-2's causal mask) are
-    ignored; a missing or misshapen weight is an error. The model takes the checkpoint's dtype.
+    ignored; a missing, misshapen or non-float weight is an error. The model takes the
+    checkpoint's dtype.
     """
-    model = GPT(config).to(state_dict["transformer.wte.weight"].dtype)
-    ours = model.state_dict()
     theirs = {k: v for k, v in state_dict.items()
               if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     theirs.setdefault("lm_head.weight", theirs.get("transformer.wte.weight"))  # tied
+    model = GPT(config)
+    ours = model.state_dict()
     if set(theirs) != set(ours):
-        raise ValueError(f"state dict keys differ: missing {sorted(set(ours) - set(theirs))[:4]},"
-                         f" unexpected {sorted(set(theirs) - set(ours))[:4]}")
+        raise ValueError(f"state_dict keys differ from GPT's: missing "
+                         f"{sorted(set(ours) - set(theirs))[:4]}, unexpected "
+                         f"{sorted(set(theirs) - set(ours))[:4]}")
+    for name, tensor in theirs.items():
+        check_float_tensor(f"state_dict[{name!r}]", tensor)
+    model = model.to(state_dict["transformer.wte.weight"].dtype)
+    ours = model.state_dict()
     with torch.no_grad():
         for name, target in ours.items():
             source = theirs[name].t() if name.endswith(CONV1D_WEIGHTS) else theirs[name]
             if source.shape != target.shape:
-                raise ValueError(f"{name}: checkpoint shape {tuple(theirs[name].shape)} does not "
-                                 f"fit {tuple(target.shape)}")
+                raise ValueError(f"state_dict[{name!r}]: checkpoint shape "
+                                 f"{tuple(theirs[name].shape)} does not fit {tuple(target.shape)}")
             target.copy_(source)
     return model

@@ -25,6 +25,8 @@ from typing import Callable, Union
 import torch
 import torch.nn.functional as F
 
+from course_lib.checks import check_float_tensor, check_same_dtype
+
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -40,6 +42,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
         >>> elu_feature_map(torch.tensor([-20.0, 0.0, 2.0]))
         tensor([2.0612e-09, 1.0000e+00, 3.0000e+00])
     """
+    check_float_tensor("x", x)
     return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0.0)))  # clamp: no inf in backward
 
 
@@ -50,6 +53,7 @@ def relu_feature_map(x: torch.Tensor) -> torch.Tensor:
         >>> relu_feature_map(torch.tensor([-1.0, 2.0]))
         tensor([0., 2.])
     """
+    check_float_tensor("x", x)
     return F.relu(x)
 
 
@@ -60,6 +64,7 @@ def exp_feature_map(x: torch.Tensor) -> torch.Tensor:
         >>> exp_feature_map(torch.zeros(2))
         tensor([1., 1.])
     """
+    check_float_tensor("x", x)
     return torch.exp(x)
 
 
@@ -141,6 +146,9 @@ def _feature_map(feature_map: Union[str, FeatureMap]) -> FeatureMap:
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float_tensor(name, t)
+    check_same_dtype(q=q, k=k, v=v)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"q, k, v need (..., length, features); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -264,6 +272,8 @@ def init_state(k: torch.Tensor, v: torch.Tensor, feature_map: Union[str, Feature
         >>> S.shape, z.shape
         (torch.Size([2, 4, 3]), torch.Size([2, 4]))
     """
+    check_float_tensor("k", k, min_ndim=1, shape="(..., d)")
+    check_float_tensor("v", v, min_ndim=1, shape="(..., d_v)")
     d_phi = _feature_map(feature_map)(k).shape[-1]
     S = k.new_zeros(*k.shape[:-1], d_phi, v.shape[-1])
     return S, k.new_zeros(*k.shape[:-1], d_phi)
@@ -296,7 +306,16 @@ def linear_attention_step(state: tuple[torch.Tensor, torch.Tensor], q: torch.Ten
         >>> o  # uniform weights over the two values
         tensor([[3.]])
     """
+    if not isinstance(state, tuple) or len(state) != 2:
+        raise TypeError(f"state must be a pair (S, z) of tensors (see init_state), got "
+                        f"{type(state).__name__}")
     S, z = state
+    check_float_tensor("state S", S)
+    check_float_tensor("state z", z)
+    check_float_tensor("q", q, min_ndim=1, shape="(..., d)")
+    check_float_tensor("k", k, min_ndim=1, shape="(..., d)")
+    check_float_tensor("v", v, min_ndim=1, shape="(..., d_v)")
+    check_same_dtype(q=q, k=k, v=v)
     phi = _feature_map(feature_map)
     fq, fk = phi(q), phi(k)                                          # (..., d_phi)
     if S.shape != (*fk.shape, v.shape[-1]) or z.shape != fk.shape:

@@ -16,9 +16,16 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import causal_mask
+from course_lib.checks import check_bool_tensor, check_float_tensor, check_ids, check_token_id
 from course_lib.transformer import key_padding_mask
 
 IGNORE_INDEX = -100  # targets with this value do not count in a loss (F.cross_entropy's default)
+TARGET_DTYPES = (torch.long, torch.uint8)  # the class targets F.cross_entropy takes
+
+
+def _check_logits_and_targets(logits: torch.Tensor, targets: torch.Tensor, name: str) -> None:
+    check_float_tensor("logits", logits, ndim=3, shape="(B, T, V)")
+    check_ids(name, targets, logits.shape[-1], ignore_index=IGNORE_INDEX, dtypes=TARGET_DTYPES)
 
 
 def bert_attention_mask(padding: torch.Tensor) -> torch.Tensor:
@@ -32,6 +39,7 @@ def bert_attention_mask(padding: torch.Tensor) -> torch.Tensor:
                 [1, 1, 0],
                 [1, 1, 0]], dtype=torch.int32)
     """
+    check_bool_tensor("padding", padding, ndim=2, shape="(batch, length)")
     T = padding.shape[-1]
     return key_padding_mask(padding).expand(-1, -1, T, -1)  # (B, 1, T, T)
 
@@ -47,6 +55,7 @@ def gpt_attention_mask(padding: torch.Tensor) -> torch.Tensor:
                 [1, 1, 0],
                 [1, 1, 0]], dtype=torch.int32)
     """
+    check_bool_tensor("padding", padding, ndim=2, shape="(batch, length)")
     T = padding.shape[-1]
     return bert_attention_mask(padding) & causal_mask(T, padding.device)  # (B, 1, T, T)
 
@@ -83,6 +92,8 @@ def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int,
         >>> x[0, 0].item()
         5
     """
+    check_ids("tokens", tokens, vocab_size)
+    check_token_id("mask_id", mask_id, vocab_size)
     if tokens.dim() != 2:
         raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
     if special is not None and (special.shape != tokens.shape or special.dtype != torch.bool):
@@ -115,6 +126,7 @@ def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         >>> round(loss.item(), 4)  # uniform over 4 tokens: log 4
         1.3863
     """
+    _check_logits_and_targets(logits, targets, "targets")
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)} do not match targets (B, T) "
                          f"= {tuple(targets.shape)}")
@@ -137,9 +149,15 @@ def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor,
         >>> round(next_token_loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, 2]])).item(), 4)
         1.3863
     """
+    _check_logits_and_targets(logits, tokens, "tokens")
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)} do not match tokens (B, T) "
                          f"= {tuple(tokens.shape)}")
+    if padding is not None:
+        check_bool_tensor("padding", padding, shape="(B, T)")
+        if padding.shape != tokens.shape:
+            raise ValueError(f"padding must have the shape of tokens {tuple(tokens.shape)}, got "
+                             f"{tuple(padding.shape)}")
     targets = tokens[:, 1:]  # (B, T-1): the token after each position
     if padding is not None:
         targets = targets.masked_fill(~padding[:, 1:], IGNORE_INDEX)

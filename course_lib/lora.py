@@ -25,12 +25,26 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from course_lib.checks import check_finite, check_float_tensor, check_int, check_same_dtype
 #: The linear maps of :class:`course_lib.gpt.GPT` that get adapters by default: attention's
 #: query-key-value and output maps, and both MLP maps (the attention and MLP weights).
 GPT_TARGETS: tuple[str, ...] = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 
-def _check(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor) -> None:
+def _check_rank(r: int, alpha: float) -> None:
+    check_int("r", r)  # the rank: a number of rows of lora_a, so a whole number
+    if r < 1:
+        raise ValueError(f"the rank r must be at least 1, got {r}")
+    check_finite("alpha", alpha)
+
+
+def _check(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+           alpha: float, **others: torch.Tensor) -> None:
+    tensors = {"weight": weight, "lora_a": lora_a, "lora_b": lora_b} | others
+    for name, t in tensors.items():
+        check_float_tensor(name, t)
+    check_same_dtype(**tensors)
+    check_finite("alpha", alpha)
     if weight.dim() != 2 or lora_a.dim() != 2 or lora_b.dim() != 2:
         raise ValueError(f"weight, lora_a and lora_b must be matrices, got shapes "
                          f"{tuple(weight.shape)}, {tuple(lora_a.shape)}, {tuple(lora_b.shape)}")
@@ -61,7 +75,13 @@ def lora_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         >>> lora_forward(torch.tensor([[1.0, 2.0]]), w, None, a, b, alpha=2.0)
         tensor([[7., 8.]])
     """
-    _check(weight, lora_a, lora_b)
+    others = {"x": x} if bias is None else {"x": x, "bias": bias}
+    _check(weight, lora_a, lora_b, alpha, **others)
+    if x.dim() == 0:
+        raise ValueError("x must have shape (..., in), got a 0-d tensor")
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"bias must have shape (out,) = {tuple(weight.shape[:1])}, got "
+                         f"{tuple(bias.shape)}")
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features; weight (out, in) = "
                          f"{tuple(weight.shape)} expects {weight.shape[1]}")
@@ -80,7 +100,7 @@ def merge_lora(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
         tensor([[1., 1., 1.],
                 [1., 1., 1.]])
     """
-    _check(weight, lora_a, lora_b)
+    _check(weight, lora_a, lora_b, alpha)
     return weight + (alpha / lora_a.shape[0]) * (lora_b @ lora_a)
 
 
@@ -98,8 +118,10 @@ class LoRALinear(nn.Module):
 
     def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
         super().__init__()
-        if r < 1:
-            raise ValueError(f"the rank r must be at least 1, got {r}")
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"base must be an nn.Linear (weight (out, in), applied as "
+                            f"x @ weight.T), got {type(base).__name__}")
+        _check_rank(r, alpha)
         self.base = base
         self.r, self.alpha = r, float(alpha)
         for p in base.parameters():
@@ -134,7 +156,8 @@ def add_lora(model: nn.Module, r: int, alpha: float,
              targets: Iterable[str] = GPT_TARGETS) -> nn.Module:
     """Freeze ``model``; wrap each ``nn.Linear`` named ``*<target>`` in a :class:`LoRALinear`.
 
-    Changes ``model`` in place and returns it; only the adapters train afterwards.
+    Changes ``model`` in place and returns it; only the adapters train afterwards. ``targets``
+    is one name or several; a bad rank or target leaves the model as it was.
 
     Example:
         >>> from course_lib.gpt import GPT, GPTConfig
@@ -143,13 +166,17 @@ def add_lora(model: nn.Module, r: int, alpha: float,
         >>> trainable_parameters(model)  # 2 layers x (2 (8+24) + 2 (8+8) + 2 (8+32) + 2 (32+8))
         512
     """
-    targets = tuple(targets)
-    for p in model.parameters():
-        p.requires_grad_(False)
+    _check_rank(r, alpha)
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)  # one name, not letters
+    if not all(isinstance(t, str) for t in targets):
+        raise TypeError(f"targets must be module names (str), got {targets!r}")
     found = [(name, module) for name, module in model.named_modules()
              if isinstance(module, nn.Linear) and name.endswith(targets)]
     if not found:
-        raise ValueError(f"no nn.Linear of the model has a name ending with {targets}")
+        raise ValueError(f"no nn.Linear of the model has a name ending with one of targets "
+                         f"{targets}")
+    for p in model.parameters():
+        p.requires_grad_(False)
     for name, module in found:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

@@ -23,7 +23,29 @@ from typing import Callable
 
 import torch
 
+from course_lib.checks import (check_float_tensor, check_int, check_int_tensor, check_tensor,
+                               check_token_id)
+
 StepFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _check_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Floating-point logits ``(..., V)`` with at least one token."""
+    check_float_tensor("logits", logits, min_ndim=1, shape="(..., V)")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"logits has an empty vocabulary dimension: shape {tuple(logits.shape)}")
+    return logits
+
+
+def _check_sampleable(logits: torch.Tensor) -> None:
+    """Each row of logits defines a distribution: no NaN or +inf, not ``-inf`` everywhere."""
+    if bool((torch.isnan(logits) | torch.isposinf(logits)).any()):
+        raise ValueError("logits hold NaN or +inf: they define no distribution to sample from")
+    dead = torch.isneginf(logits).all(dim=-1)  # (...,): rows that allow no token
+    if bool(dead.any()):
+        row = dead.nonzero()[0].tolist()
+        where = f"row {row[0] if len(row) == 1 else tuple(row)} is" if row else "are"
+        raise ValueError(f"logits {where} -inf everywhere: no token is allowed there")
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -33,6 +55,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         >>> apply_temperature(torch.tensor([2.0, 1.0]), 0.5)
         tensor([4., 2.])
     """
+    check_float_tensor("logits", logits, min_ndim=1, shape="(..., V)")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 (use temperature=0 in sample_next for greedy), "
                          f"got {temperature}")
@@ -49,6 +72,7 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
         >>> top_k_filter(torch.tensor([1.0, 3.0, 2.0, 0.0]), 2)
         tensor([-inf, 3., 2., -inf])
     """
+    _check_logits(logits)
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     if k >= logits.shape[-1]:
@@ -99,6 +123,7 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         >>> top_p_filter(logits, 0.81).isfinite().tolist()  # past it: three
         [True, True, True]
     """
+    _check_logits(logits)
     if not 0 < p <= 1:
         raise ValueError(f"p must be in (0, 1], got {p}")
     if p == 1:
@@ -121,6 +146,7 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
         >>> filter_logits(torch.tensor([1.0, 3.0, 2.0]), temperature=0.5, top_k=2)
         tensor([-inf, 6., 4.])
     """
+    _check_logits(logits)
     logits = apply_temperature(logits, temperature)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -135,12 +161,18 @@ def filtered_distribution(logits: torch.Tensor, temperature: float = 1.0,
 
     ``temperature=0`` is greedy decoding: all the mass on the first largest logit.
 
+    Raises:
+        ValueError: logits holding NaN or ``+inf``, or a row that is ``-inf`` everywhere (it
+            allows no token: the softmax would be NaN).
+
     Example:
         >>> filtered_distribution(torch.tensor([0.0, 0.0, -100.0]), top_k=2)
         tensor([0.5000, 0.5000, 0.0000])
         >>> filtered_distribution(torch.tensor([1.0, 3.0, 2.0]), temperature=0)
         tensor([0., 1., 0.])
     """
+    _check_logits(logits)
+    _check_sampleable(logits)
     if temperature == 0:
         index = logits.argmax(dim=-1, keepdim=True)
         return torch.zeros_like(logits).scatter_(-1, index, 1.0)
@@ -161,14 +193,18 @@ def sample_next(logits: torch.Tensor, generator: torch.Generator | None = None,
     Returns:
         ``(B,)`` long.
 
+    Raises:
+        ValueError: logits holding NaN or ``+inf``, or a row that is ``-inf`` everywhere.
+
     Example:
         >>> g = torch.Generator().manual_seed(0)
         >>> sample_next(torch.tensor([[0.0, 9.0, 0.0]]), g, top_k=1).tolist()
         [1]
     """
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
+    check_float_tensor("logits", logits, ndim=2, shape="(batch, vocab)")
     if temperature == 0:
+        _check_logits(logits)
+        _check_sampleable(logits)  # argmax would silently pick token 0 of a row of -inf
         return logits.argmax(dim=-1)
     probs = filtered_distribution(logits.float() if logits.dtype in (torch.float16,
                                                                      torch.bfloat16) else logits,
@@ -201,12 +237,14 @@ def sample(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
         >>> sample(step, torch.tensor([[0]]), 4, temperature=0).tolist()
         [[0, 1, 0, 1, 0]]
     """
+    check_tensor("prompt", prompt, shape="(B, t0)")
     tokens = prompt[None] if prompt.dim() == 1 else prompt
     if tokens.dtype != torch.long or tokens.dim() != 2 or tokens.shape[1] == 0:
         raise ValueError(f"prompt must be (B, t0) long with t0 >= 1, got {tokens.dtype} of shape "
                          f"{tuple(prompt.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, minimum=0)
     pad_id = eos_id if pad_id is None else pad_id
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for _ in range(max_new_tokens):
@@ -214,6 +252,8 @@ def sample(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
         if logits.dim() != 2 or logits.shape[0] != tokens.shape[0]:
             raise ValueError(f"step must return (B, V) logits for B={tokens.shape[0]}, got shape "
                              f"{tuple(logits.shape)}")
+        if eos_id is not None:
+            check_token_id("eos_id", eos_id, logits.shape[1], vocabulary="the step's vocabulary")
         next_token = sample_next(logits, generator, temperature, top_k, top_p)  # (B,)
         if eos_id is not None:
             next_token = next_token.masked_fill(finished, pad_id)
@@ -231,6 +271,9 @@ def distinct_ngrams(sequences: torch.Tensor | list[list[int]], n: int) -> float:
         >>> distinct_ngrams([[1, 2, 1, 2, 1]], 2)  # (1,2), (2,1), (1,2), (2,1): 2 of 4
         0.5
     """
+    check_int("n", n, minimum=1)
+    if isinstance(sequences, torch.Tensor):
+        check_int_tensor("sequences", sequences, ndim=2, shape="(batch, length)")
     rows = sequences.tolist() if isinstance(sequences, torch.Tensor) else sequences
     grams = [tuple(row[i:i + n]) for row in rows for i in range(len(row) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0

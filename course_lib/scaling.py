@@ -44,6 +44,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from course_lib.checks import (check_finite, check_finite_tensor, check_float_tensor,
+                               check_positive, check_positive_tensor)
 ArrayLike = Sequence[float] | np.ndarray | torch.Tensor
 
 # --------------------------------------------------------------------------------------------
@@ -187,6 +189,10 @@ def chinchilla_loss(n_params: torch.Tensor, n_tokens: torch.Tensor, E: float = C
         >>> round(chinchilla_loss(torch.tensor(70e9), torch.tensor(1.4e12)).item(), 3)
         1.937
     """
+    for name, t in (("n_params", n_params), ("n_tokens", n_tokens)):
+        check_positive_tensor(name, check_float_tensor(name, t))  # N <= 0 gives inf or NaN
+    for name, value in (("E", E), ("A", A), ("B", B), ("alpha", alpha), ("beta", beta)):
+        check_finite(name, value)
     return E + A / n_params**alpha + B / n_tokens**beta
 
 
@@ -204,8 +210,9 @@ def compute_optimal(flops: float, E: float = CHINCHILLA.E, A: float = CHINCHILLA
         >>> f"{n:.3g} params, {d:.3g} tokens"
         '3.22e+10 params, 2.98e+12 tokens'
     """
-    if flops <= 0 or alpha <= 0 or beta <= 0 or A <= 0 or B <= 0:
-        raise ValueError(f"need C, A, B, alpha, beta > 0, got {flops}, {A}, {B}, {alpha}, {beta}")
+    for name, value in (("flops", flops), ("A", A), ("B", B), ("alpha", alpha), ("beta", beta)):
+        check_positive(name, value)  # NaN and inf too: they would come back as NaN
+    check_finite("E", E)
     g = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
     n = g * (flops / 6) ** (beta / (alpha + beta))
     d = (flops / 6) ** (alpha / (alpha + beta)) / g
@@ -239,10 +246,15 @@ def fit_power_law(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     if x64.numel() != y64.numel() or x64.numel() < 2:
         raise ValueError(f"x and y need the same length >= 2, got {x64.numel()} and "
                          f"{y64.numel()}")
+    check_finite_tensor("x", x64)
+    check_finite_tensor("y", y64)
     if (x64 <= 0).any() or (y64 <= 0).any():
         raise ValueError("a power law is fitted in log-log: x and y must be positive")
     lx, ly = x64.log(), y64.log()
     lx_c = lx - lx.mean()
+    if not bool((lx_c != 0).any()):
+        raise ValueError(f"x must hold at least two different values: the exponent is a slope in "
+                         f"log x, and all {x64.numel()} points sit at x = {x64[0].item():g}")
     slope = (lx_c * (ly - ly.mean())).sum() / (lx_c * lx_c).sum()
     intercept = ly.mean() - slope * lx.mean()
     return float(slope), float(intercept.exp())
@@ -434,8 +446,11 @@ def isoflop_minimum(flops: float, n_params: ArrayLike, loss: ArrayLike) -> IsoFl
         >>> round(m.n_opt), round(m.d_opt)
         (10000, 100000)
     """
+    check_positive("flops", flops)
     log_n = np.log(_positive("n_params", n_params)).ravel()
     values = np.asarray(loss, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"loss must be finite, got {values.tolist()}")
     if log_n.size < 3 or values.size != log_n.size:
         raise ValueError(f"a parabola needs at least 3 sizes with a loss each, got {log_n.size}")
     c2, c1, c0 = np.polyfit(log_n, values, 2)

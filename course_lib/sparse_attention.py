@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import torch
 
 from course_lib.attention import masked_softmax
+from course_lib.checks import check_float_tensor, check_ids, check_int_tensor, check_same_dtype
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query pos, key pos) -> allowed
 
@@ -149,8 +150,11 @@ def mask_to_edges(mask: torch.Tensor) -> torch.Tensor:
 
 def edges_to_mask(edges: torch.Tensor, n_queries: int, n_keys: int) -> torch.Tensor:
     """The inverse of :func:`mask_to_edges`: an ``(n_queries, n_keys)`` boolean mask."""
+    check_int_tensor("edges", edges, shape="(2, E)")
     if edges.dim() != 2 or edges.shape[0] != 2:
         raise ValueError(f"edges must be (2, E), got {tuple(edges.shape)}")
+    check_ids("edges[0] (the queries)", edges[0], n_queries)
+    check_ids("edges[1] (the keys)", edges[1], n_keys)
     mask = torch.zeros(n_queries, n_keys, dtype=torch.bool, device=edges.device)
     mask[edges[0], edges[1]] = True
     return mask
@@ -273,6 +277,9 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
         >>> torch.allclose(out, scaled_dot_product_attention(q, k, v, dense_mask(pat, 10)))
         True
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float_tensor(name, t)
+    check_same_dtype(q=q, k=k, v=v)
     if q.dim() < 2 or q.shape != k.shape or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"block_sparse_attention is self-attention: q and k must have the same "
                          f"shape (..., T, d) and v (..., T, d_v); got q {tuple(q.shape)}, "
