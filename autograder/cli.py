@@ -1,5 +1,5 @@
 """The command line of the grading pipeline:
-``python -m autograder {release,check-release,measure,grade}``."""
+``python -m autograder {release,check-release,measure,grade,gradescope,prairielearn}``."""
 
 from __future__ import annotations
 
@@ -53,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="regrade files graded before")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_roots(p)
+
+    for name, what in (("gradescope", "DIR/<chapter>-gradescope.zip: a Gradescope autograder"),
+                       ("prairielearn", "DIR/<chapter>/: a PrairieLearn externally graded question")):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
+        p.add_argument("--out", type=Path, default=Path("platform-out"), help="output folder")
+        p.add_argument("--allow-dirty", action="store_true", help="bundle a working tree that "
+                       "differs from its commit (marked dirty in bundle.json)")
+        p.add_argument("--cell-timeout", type=float, default=60.0)
+        p.add_argument("--notebook-timeout", type=float, default=300.0)
+        p.add_argument("--memory-mb", type=int, default=3072)
+        if name == "prairielearn":
+            p.add_argument("--image", help="grader image named in info.json")
+            p.add_argument("--timeout", type=int, default=600, help="PrairieLearn's grading timeout")
+        _add_roots(p)
     return parser
 
 
@@ -96,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"releases in sync: {', '.join(c.name for c in chapters)}")
         return 0
+    if args.command in ("gradescope", "prairielearn"):
+        from autograder.platform_common import build_command
+
+        return build_command(args)
     from autograder.grade import run_grade
 
     return run_grade(args)

@@ -81,8 +81,13 @@ class ExerciseResult:
 
 
 def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path,
-                   record_root: Path, slot: int, limits: Limits) -> tuple[dict[str, ExerciseResult], list[str]]:
-    """Grade one planned submission; return the per-exercise results and general notes."""
+                   record_root: Path, slot: int, limits: Limits, sandbox_factory=Sandbox,
+                   ) -> tuple[dict[str, ExerciseResult], list[str]]:
+    """Grade one planned submission; return the per-exercise results and general notes.
+
+    ``sandbox_factory(course_dir, slot, limits)`` makes each sandbox (default :class:`Sandbox`;
+    the platform runners pass their no-namespace fallback, :mod:`autograder.platform_common`).
+    """
     deadline = time.monotonic() + limits.notebook_timeout
     results: dict[str, ExerciseResult] = {}
     notes: list[str] = []
@@ -91,7 +96,7 @@ def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path
     exercises = {ex.exercise_id: ex for ex in spec.exercises}
 
     def start() -> Sandbox:
-        sb = Sandbox(course_dir, slot, limits)
+        sb = sandbox_factory(course_dir, slot, limits)
         sb.start()
         for code in spec.setup:
             reply = sb.run("cell", code, limits.cell_timeout)

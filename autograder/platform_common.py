@@ -1,0 +1,521 @@
+"""What the Gradescope and PrairieLearn exports share: the bundle, its setup script, one-file
+grading with the hardened engine, and the fallback runner for containers without namespaces.
+
+The bundle (``course/`` in the Gradescope zip, ``tests/course/`` in the PrairieLearn question) is
+the repository's ``course_lib/`` and ``autograder/`` and the chapter's source and release
+notebooks, copied from the working tree at one commit (``bundle.json`` records it; a tree that
+differs from its commit in those paths is refused unless ``--allow-dirty``, and then marked
+dirty). ``setup.sh`` installs a pinned CPU-only torch and the grading dependencies (pinned to the
+versions of ``requirements-dev.txt``) into a virtual environment; course_lib is *not* installed
+there: it stays in the bundle, on the trusted process's ``PYTHONPATH`` only.
+
+Grading one file (:func:`grade_file`), in the trusted process (root on both platforms):
+
+1. read the chapter spec from the bundled source notebook, build this run's hidden inputs (a
+   fresh secret) and the stripped course_lib for the sandbox (:mod:`autograder.grade`'s own
+   preparation), and compute every reference output now;
+2. with the fallback runner: make the bundle unreadable to anyone but root (mode 0700) -- the
+   source notebook (solutions, hidden tests) and the real course_lib are out of reach before any
+   student code runs;
+3. validate the notebook (:func:`autograder.submissions.load_notebook`); a file that cannot be
+   graded gives a result with 0 and the reason;
+4. run it with :func:`autograder.hardened.run_submission` (bubblewrap where it can create
+   namespaces, else :class:`HostSandbox`); the judge decides from the records; the kernel is
+   killed (and every process of its uid) before the caller writes any result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autograder import cgroups
+from autograder.paths import REPO, Chapter
+from autograder.sandbox import (RUNNER, INPUTS_FOLDER, Limits, Sandbox, SandboxDied, bwrap_path,
+                                reap_uid, slot_uid, _limit_preexec)
+
+#: The torch every bundle pins (the course's tested version, CPU wheels).
+TORCH_VERSION = "2.13.0"
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+#: What grading imports besides torch (course_lib's dependencies, the notebook reader, IPython
+#: for the kernel); versions come from requirements-dev.txt, which also constrains the rest.
+GRADING_PACKAGES = ["numpy", "scipy", "matplotlib", "tqdm", "regex", "nbformat", "ipython"]
+#: Paths of the repository copied into a bundle (besides the chapter's two notebooks).
+BUNDLED = ("course_lib", "autograder")
+RUNNER_ENV = "AUTOGRADER_PLATFORM_RUNNER"  # auto (default), bubblewrap, fallback
+
+
+class BundleError(RuntimeError):
+    """The bundle cannot be made (a dirty tree without --allow-dirty, no git)."""
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def pinned_versions(names: list[str], requirements: Path = REPO / "requirements-dev.txt"
+                    ) -> dict[str, str]:
+    """``name -> version`` from a pip requirements file's ``name==version`` lines.
+
+    Example:
+        >>> v = pinned_versions(["numpy", "nbformat"])
+        >>> sorted(v) == ["nbformat", "numpy"] and all(v.values())
+        True
+    """
+    pins: dict[str, str] = {}
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return {n: pins[n.lower().replace("_", "-")] for n in names
+            if n.lower().replace("_", "-") in pins}
+
+
+SETUP_SH = r"""#!/usr/bin/env bash
+# Installs the grading environment of {chapter} (course commit {commit}).
+# Gradescope runs it once, as root, when it builds the autograder image; the PrairieLearn
+# grader image runs it in its Dockerfile. Needs Python 3.11 or newer (nbgrader 0.9.6 and
+# IPython 9 do): on Ubuntu 22.04 (Python 3.10) it installs python3.11 from Ubuntu's own archive.
+# Settings (environment): COURSE_VENV (default /opt/course-venv), COURSE_PYTHON (an interpreter
+# to use), COURSE_TORCH_INDEX_URL (default {torch_index}; empty: pip's own configuration).
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+VENV="${{COURSE_VENV:-/opt/course-venv}}"
+TORCH_INDEX="${{COURSE_TORCH_INDEX_URL-{torch_index}}}"
+ok() {{ "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }}
+PY="${{COURSE_PYTHON:-}}"
+if [ -z "$PY" ]; then
+  for c in python3.13 python3.12 python3.11 python3; do
+    if command -v "$c" >/dev/null && ok "$(command -v "$c")"; then PY="$(command -v "$c")"; break; fi
+  done
+fi
+if [ -z "$PY" ] && command -v apt-get >/dev/null; then
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    python3.11 python3.11-venv bubblewrap util-linux
+  PY="$(command -v python3.11)"
+fi
+ok "$PY" || {{ echo "setup.sh: Python 3.11 or newer is needed (found: ${{PY:-none}})" >&2; exit 1; }}
+if command -v apt-get >/dev/null && ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap || true
+fi
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip || true
+if [ -n "$TORCH_INDEX" ]; then
+  "$VENV/bin/python" -m pip install --quiet "torch=={torch}" --index-url "$TORCH_INDEX"
+else
+  "$VENV/bin/python" -m pip install --quiet "torch=={torch}"
+fi
+"$VENV/bin/python" -m pip install --quiet -r "$HERE/requirements-grading.txt" \
+  -c "$HERE/constraints.txt"
+# the bundle's course_lib is never installed: only the trusted grader has it on its path
+PYTHONPATH="$HERE/course" "$VENV/bin/python" -c "import course_lib, autograder, torch, nbformat, IPython; print('grading environment ready:', torch.__version__)"
+"""
+
+
+def write_bundle(chapter: Chapter, dest: Path, allow_dirty: bool = False,
+                 settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the chapter's grading bundle into ``dest``: ``course/``, ``setup.sh``,
+    ``requirements-grading.txt``, ``constraints.txt``, ``bundle.json``; return bundle.json.
+
+    Raises:
+        BundleError: the working tree differs from its commit in a bundled path and
+            ``allow_dirty`` is False, or the repository is not a git checkout.
+    """
+    paths = [*BUNDLED, f"solutions/{chapter.name}", f"chapters/{chapter.name}"]
+    try:
+        commit = _git("rev-parse", "HEAD").strip()
+        dirty = [line[3:] for line in _git("status", "--porcelain", "--", *paths).splitlines()
+                 if line.strip()]
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise BundleError(f"the bundle pins the course's git commit: {err}") from None
+    if dirty and not allow_dirty:
+        shown = ", ".join(dirty[:8]) + (" ..." if len(dirty) > 8 else "")
+        raise BundleError(f"the working tree differs from commit {commit[:12]} in {shown}: "
+                          "commit first (the bundle pins the commit), or pass --allow-dirty")
+    dest.mkdir(parents=True, exist_ok=True)
+    course = dest / "course"
+    if course.exists():
+        shutil.rmtree(course)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for name in BUNDLED:
+        shutil.copytree(REPO / name, course / name, ignore=ignore)
+    for side, root in (("solutions", chapter.source_root), ("chapters", chapter.release_root)):
+        src = root / chapter.name / f"{chapter.slug}.ipynb"
+        if src.exists():
+            (course / side / chapter.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, course / side / chapter.name / src.name)
+    pins = pinned_versions(GRADING_PACKAGES)
+    (dest / "requirements-grading.txt").write_text(
+        "".join(f"{n}=={pins[n]}\n" if n in pins else f"{n}\n" for n in GRADING_PACKAGES))
+    constraints = [line for line in (REPO / "requirements-dev.txt").read_text().splitlines()
+                   if "==" in line and not line.lstrip().startswith("#")]
+    (dest / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    info = {"chapter": chapter.name, "slug": chapter.slug, "commit": commit,
+            "dirty": sorted(dirty), "torch": TORCH_VERSION, "created": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "settings": {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_mb": 3072,
+                         **(settings or {})}}
+    (dest / "bundle.json").write_text(json.dumps(info, indent=1) + "\n")
+    setup = dest / "setup.sh"
+    setup.write_text(SETUP_SH.format(chapter=chapter.name, commit=commit[:12] + (
+        "+dirty" if dirty else ""), torch=TORCH_VERSION, torch_index=TORCH_INDEX))
+    setup.chmod(0o755)
+    return info
+
+
+# --------------------------------------------------------------------------- the runners
+
+def bubblewrap_works() -> bool:
+    """Whether bubblewrap can create the sandbox's namespaces here (Docker's default profile,
+    Gradescope's and PrairieLearn's containers often refuse them)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        return False
+    cmd = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+           "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+           "--tmpfs", "/tmp", "true"]
+    if os.geteuid() != 0:
+        cmd[1:1] = ["--unshare-user"]
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def choose_runner() -> str:
+    """``"bubblewrap"`` or ``"fallback"``: ``$AUTOGRADER_PLATFORM_RUNNER`` when it names one,
+    else bubblewrap where it works."""
+    wanted = os.environ.get(RUNNER_ENV, "auto").strip().lower()
+    if wanted in ("bubblewrap", "fallback"):
+        return wanted
+    return "bubblewrap" if bubblewrap_works() else "fallback"
+
+
+@dataclass
+class HostSandbox(Sandbox):
+    """The fallback runner: the sandbox's runner without namespaces, for containers where
+    bubblewrap cannot create them.
+
+    Kept: student code runs as an unprivileged uid of its own (``setpriv``: no capabilities,
+    ``no_new_privs``, no supplementary groups) in a private, empty working folder (mode 0700),
+    with a cleared environment, the stripped course_lib on its path, the same ``RLIMIT``s
+    (address space, tasks, file size, no core) and cgroup where one can be made, the same time
+    limits; every process of that uid is killed when the sandbox ends (daemons and ``setsid``
+    children too). Lost (the container is the sandbox): the private mount, PID, network, IPC and
+    UTS namespaces -- student code sees the container's world-readable files and processes and
+    may reach the network if the container can.
+    """
+
+    scratch: Path | None = None
+    runner: Path | None = None
+    home: Path | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        uid = slot_uid(self.slot)
+        root = os.geteuid() == 0
+        if root and not reap_uid(uid):
+            raise SandboxDied("processes of an earlier sandbox of this slot would not die")
+        self.cgroup = cgroups.sandbox_cgroup(f"slot{self.slot}", self.limits.memory_bytes,
+                                             self.limits.cpus, self.limits.tasks)
+        self.home = Path(tempfile.mkdtemp(prefix=f"box{self.slot}-", dir=self.scratch))
+        (self.home / "records").mkdir()
+        if root:
+            for p in (self.home, self.home / "records"):
+                os.chown(p, uid, uid)
+        self.home.chmod(0o700)
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.home),
+            "TMPDIR": str(self.home), "PYTHONPATH": str(self.course_dir),
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+            "COURSE_GRADING_MODE": "record", "COURSE_GRADING_RECORD_DIR": str(self.home / "records"),
+            "COURSE_LIB_QUICK": "1", "COURSE_GRADING_INPUT_DIR": str(self.course_dir / INPUTS_FOLDER),
+            "COURSE_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(self.home / ".mpl"),
+            "CUDA_VISIBLE_DEVICES": "", "LANG": "C.UTF-8",
+        }
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        args = [sys.executable, "-s", str(self.runner or RUNNER), str(cmd_r), str(rep_w)]
+        if root:
+            args = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *args]
+        try:
+            self.proc = subprocess.Popen(
+                args, env=env, cwd=self.home, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(cmd_r, rep_w),
+                start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.cgroup))
+        except BaseException:
+            os.close(cmd_w)
+            os.close(rep_r)
+            if self.cgroup is not None:
+                self.cgroup.remove()
+                self.cgroup = None
+            raise
+        finally:
+            os.close(cmd_r)
+            os.close(rep_w)
+        self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
+        self._rep = rep_r
+        os.set_blocking(rep_r, False)
+        self._buf = b""
+        ready = self._read(self.limits.start_timeout)
+        if not ready.get("ready"):
+            self.kill()
+            raise SandboxDied("the sandbox did not start")
+
+    def kill(self, grace: float = 0.0) -> int | None:
+        code = super().kill(grace)
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
+        return code
+
+
+# --------------------------------------------------------------------------- grading one file
+
+def find_notebook(folder: Path, slug: str) -> tuple[Path | None, str]:
+    """The submitted notebook in ``folder`` whatever its name: ``(path, note)``, or
+    ``(None, reason)``. Links are never followed; among several notebooks the one named like
+    the chapter (``seq2seq (1).ipynb`` counts) wins, then the newest.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "seq2seq (1).ipynb").write_text("{}")
+        >>> find_notebook(d, "seq2seq")[0].name
+        'seq2seq (1).ipynb'
+    """
+    found: list[Path] = []
+    others: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__MACOSX"))]
+        for name in filenames:
+            p = Path(dirpath) / name
+            if name.lower().endswith(".ipynb") and not name.startswith("."):
+                found.append(p)
+            else:
+                others.append(str(p.relative_to(folder)))
+        if len(found) + len(others) > 10000:
+            break
+    if not found:
+        listed = ", ".join(sorted(others)[:10]) or "nothing"
+        return None, f"no .ipynb notebook was submitted (found: {listed})"
+    if len(found) == 1:
+        return found[0], ""
+    named = [p for p in found if slug.lower() in p.name.lower()]
+    pool = named or found
+
+    def mtime(p: Path) -> float:
+        try:
+            return os.lstat(p).st_mtime
+        except OSError:
+            return 0.0
+    best = max(pool, key=lambda p: (mtime(p), p.name))
+    return best, (f"{len(found)} notebooks were submitted; graded {best.name!r} (named like the "
+                  f"chapter)" if named else f"{len(found)} notebooks were submitted; graded the "
+                  f"newest, {best.name!r}")
+
+
+@dataclass
+class Graded:
+    """One graded file: the grader's result dict (as in ``results/<student>.json``) and how."""
+
+    result: dict[str, Any]
+    spec: Any
+    runner: str
+    seconds: float
+    bundle: dict[str, Any]
+
+
+def _lock(paths: list[Path]) -> None:
+    """Make ``paths`` unreadable to everyone but their owner (root): mode 0700 on folders,
+    0600 on files, recursively."""
+    for top in paths:
+        if not top.exists():
+            continue
+        for p in [top, *top.rglob("*")]:
+            if p.is_symlink():
+                continue
+            p.chmod(0o700 if p.is_dir() else 0o600)
+
+
+def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
+               missing_reason: str = "", lock: list[Path] | None = None,
+               runner: str | None = None) -> Graded:
+    """Grade one submitted notebook with the hardened engine (see the module docstring).
+
+    Args:
+        course_root: the bundle's ``course/`` folder (on ``sys.path`` already).
+        bundle: its ``bundle.json``.
+        notebook: the submitted file, or None (then ``missing_reason`` says why).
+        lock: folders made unreadable to student code before it runs (fallback runner).
+        runner: ``"bubblewrap"`` or ``"fallback"`` (default: :func:`choose_runner`).
+    """
+    from autograder.chapter_spec import load_chapter_spec
+    from autograder.grade import _empty_result, _finish, _prepare_sandbox_course
+    from autograder.hardened import run_submission
+    from autograder.judge import Judge
+    from autograder.rebuild import plan_submission
+    from autograder.sandbox import acquire_slots
+    from autograder.submissions import InvalidSubmission, load_notebook
+
+    t0 = time.time()
+    chapter = Chapter(bundle["chapter"], course_root / "solutions", course_root / "chapters")
+    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+                             chapter.release)
+    runner = runner or choose_runner()
+    result = _empty_result(spec, "submission", notebook.name if notebook else "", "", "hardened")
+    nb = None
+    if notebook is None:
+        result.update(status="could not grade", reason=missing_reason)
+    else:
+        try:
+            nb, notes, digest = load_notebook(notebook)
+            result["sha256"] = digest
+            result["notes"] += notes
+        except InvalidSubmission as err:
+            result.update(status="could not grade", reason=str(err), sha256=err.digest)
+        except Exception as err:  # noqa: BLE001 - never a crash of the harness
+            result.update(status="could not grade",
+                          reason=f"the file could not be read ({type(err).__name__})")
+    if nb is None:
+        return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
+    settings = bundle.get("settings", {})
+    limits = Limits(memory_bytes=int(settings.get("memory_mb", 3072)) << 20,
+                    cell_timeout=float(settings.get("cell_timeout", 60.0)),
+                    notebook_timeout=float(settings.get("notebook_timeout", 300.0)))
+    work = Path(tempfile.mkdtemp(prefix="autograder-platform-"))
+    slots, fds = acquire_slots(1)
+    try:
+        work.chmod(0o711)  # the sandbox's uid may pass through, not list
+        course_dir = work / "sandbox-course"
+        judge = Judge()
+        _prepare_sandbox_course(spec, course_dir, judge)
+        for ex in spec.exercises:  # every reference now: nothing trusted is read later
+            for k in range(len(judge.cases(ex.exercise_id))):
+                judge.expected(ex.exercise_id, k)
+        _lock(list(lock or []))  # the source and the real course_lib: root's alone from now on
+        factory = Sandbox
+        if runner == "fallback":
+            homes = work / "homes"
+            homes.mkdir()
+            homes.chmod(0o711)
+            runner_copy = work / "runner.py"
+            shutil.copyfile(RUNNER, runner_copy)
+            runner_copy.chmod(0o644)
+
+            def factory(course: Path, slot: int, lim: Limits) -> Sandbox:
+                return HostSandbox(course, slot, lim, scratch=homes, runner=runner_copy)
+        try:
+            plan = plan_submission(spec, nb)
+        except (RecursionError, MemoryError, ValueError, TypeError) as err:
+            result.update(status="could not grade", reason=f"the notebook's cells could not be "
+                          f"matched to the exercises ({type(err).__name__})")
+            return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
+        result["notes"] += plan.notes
+        per_ex, notes = run_submission(spec, plan, judge, course_dir, work / "records",
+                                       slots[0], limits, sandbox_factory=factory)
+        result["notes"] += notes
+        for eid, r in per_ex.items():
+            result["exercises"][eid] = {
+                "points": r.points, "max_points": r.max_points, "status": r.status,
+                "messages": r.messages, "notes": r.notes,
+                "logs": [{"label": log.label, "source": log.source, "output": log.output,
+                          "error": log.error} for log in r.logs]}
+    finally:
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+    result["seconds"] = round(time.time() - t0, 2)
+    return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
+
+
+def feedback_text(result: dict[str, Any], exercise_id: str, max_chars: int = 20000) -> str:
+    """One exercise's feedback as plain text: the same content as the feedback page (the
+    judge's messages, notes on repairs, the student's cells' outputs and errors, the visible
+    tests' output), never the hidden test code or inputs."""
+    r = result["exercises"].get(exercise_id, {})
+    lines = [f"{r.get('points', 0):g} / {r.get('max_points', 0):g} points: {r.get('status', '')}"]
+    lines += [f"Note: {n}" for n in r.get("notes", [])]
+    if r.get("messages"):
+        lines += ["Hidden tests:", *[f"  {m}" for m in r["messages"]]]
+    elif r.get("status") == "passed":
+        lines.append("All hidden test cases passed.")
+    for log in r.get("logs", []):
+        if log.get("output") or log.get("error"):
+            lines.append(f"--- {log['label']}")
+            if log.get("output"):
+                lines.append(log["output"].rstrip())
+            if log.get("error"):
+                lines.append(f"Error: {log['error']}")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[:max_chars] + "\n[... cut]"
+
+
+def visible_test_log(result: dict[str, Any], exercise_id: str) -> tuple[bool, str]:
+    """``(passed, text)`` of an exercise's visible tests (what the student's own notebook
+    shows them): the visible test cell's output and error."""
+    r = result["exercises"].get(exercise_id, {})
+    for log in r.get("logs", []):
+        if log.get("label") == "visible tests":
+            text = (log.get("output") or "").rstrip()
+            if log.get("error"):
+                text = (text + "\n" if text else "") + f"Error: {log['error']}"
+            return log.get("error") is None, text or "The visible tests passed."
+    why = "; ".join(r.get("messages", [])) or "not run"
+    return False, f"The visible tests were not run: {why}"
+
+
+def general_text(graded: Graded) -> str:
+    """The submission-wide text: could-not-grade reason, repairs, the bundle's commit."""
+    r = graded.result
+    lines = []
+    if r["status"] != "graded":
+        lines.append(f"Could not grade this file: {r.get('reason', '')}")
+    lines += [f"Note: {n}" for n in r.get("notes", [])]
+    lines.append(f"Graded: {r.get('total', 0):g} / {r.get('max_total', 0):g} points "
+                 f"({graded.bundle.get('chapter')}, course commit "
+                 f"{str(graded.bundle.get('commit', ''))[:12]}, {graded.runner} runner).")
+    return "\n".join(lines)
+
+
+def read_bundle(course_root: Path) -> dict[str, Any]:
+    return json.loads((course_root.parent / "bundle.json").read_text(encoding="utf-8"))
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_command(args) -> int:
+    """``python -m autograder gradescope|prairielearn CHAPTER --out DIR`` (see :mod:`autograder.cli`)."""
+    from autograder.paths import find_chapters
+
+    chapter = find_chapters(args.source_root, args.release_root, [args.chapter])[0]
+    settings = {"cell_timeout": args.cell_timeout, "notebook_timeout": args.notebook_timeout,
+                "memory_mb": args.memory_mb}
+    try:
+        if args.command == "gradescope":
+            from autograder.gradescope import build
+
+            print(f"wrote {build(chapter, args.out, args.allow_dirty, settings)}")
+        else:
+            from autograder.prairielearn import build
+
+            print(f"wrote {build(chapter, args.out, args.allow_dirty, args.image, args.timeout, settings)}")
+    except BundleError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return 0
