@@ -154,7 +154,8 @@ def results_json(graded, visibility: str = "after_published") -> dict[str, Any]:
             "extra_data": {"chapter": graded.bundle.get("chapter"),
                            "commit": graded.bundle.get("commit"), "runner": graded.runner,
                            "file": r.get("file", ""), "sha256": r.get("sha256", ""),
-                           "max_total": float(r["max_total"]), "status": r["status"]}}
+                           "max_total": float(r["max_total"]), "status": r["status"],
+                           "peak_rss_mb": graded.memory}}
 
 
 def _failure(reason: str, seconds: float) -> dict[str, Any]:

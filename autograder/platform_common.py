@@ -337,6 +337,7 @@ class Graded:
     runner: str
     seconds: float
     bundle: dict[str, Any]
+    memory: dict[str, float] = field(default_factory=dict)
 
 
 def _lock(paths: list[Path]) -> None:
@@ -439,7 +440,18 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
             os.close(fd)
         shutil.rmtree(work, ignore_errors=True)
     result["seconds"] = round(time.time() - t0, 2)
-    return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
+    return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle, peak_rss_mb())
+
+
+def peak_rss_mb() -> dict[str, float]:
+    """Peak resident memory in MiB of this (trusted) process and of its largest finished child
+    process (the student's kernel); their sum bounds what the two held at once."""
+    import resource
+
+    grader = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kernel = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"grader": round(grader, 1), "kernel": round(kernel, 1),
+            "sum": round(grader + kernel, 1)}
 
 
 def feedback_text(result: dict[str, Any], exercise_id: str, max_chars: int = 20000) -> str:

@@ -1,0 +1,124 @@
+"""The PrairieLearn question (``python -m autograder prairielearn``), run as its external grader
+runs it: a fresh root (see tests/test_autograder_gradescope.py) holding ``/grade/data/data.json``,
+``/grade/student/<file>``, ``/grade/tests/`` (the question's ``tests/``) and ``/grade/results/``;
+the entrypoint info.json names runs for the same five submissions of chapter 1, and each
+``/grade/results/results.json`` must validate against PrairieLearn's documented layout and carry
+exactly the points of the hardened engine (``score`` = total / max)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from autograder.paths import Chapter
+from tests.test_autograder_gradescope import (CHAPTER, SUBMISSIONS, fresh_root_command,
+                                              hardened_grades, needs_bwrap, submissions)
+
+
+@pytest.fixture(scope="module")
+def question(tmp_path_factory) -> Path:
+    from autograder.cli import main
+
+    out = tmp_path_factory.mktemp("prairielearn")
+    assert main(["prairielearn", CHAPTER, "--out", str(out), "--allow-dirty",
+                 "--image", "example/grader:1", "--timeout", "900"]) == 0
+    return out / CHAPTER
+
+
+def run_prairielearn(question: Path, tmp: Path, name: str, fname: str, data: bytes,
+                     venv: Path) -> dict:
+    """One submission through the entrypoint in PrairieLearn's layout; its results.json."""
+    info = json.loads((question / "info.json").read_text())
+    entrypoint = info["externalGradingOptions"]["entrypoint"]
+    root = tmp / f"pl-{name}"
+    shutil.copytree(question / "tests", root / "tests")
+    (root / "student").mkdir(parents=True)
+    (root / "student" / fname).write_bytes(data)
+    (root / "data").mkdir()
+    (root / "data" / "data.json").write_text(json.dumps({
+        "params": {}, "correct_answers": {}, "submitted_answers": {"_files": [
+            {"name": fname, "contents": "(base64 of the file)"}]}, "format_errors": {},
+        "partial_scores": {}, "score_feedback": {}, "variant_seed": 1, "options": {},
+        "raw_submitted_answers": {}, "editable": False, "panel": "question",
+        "extensions": {}, "num_valid_submissions": 1}))
+    (root / "results").mkdir()
+    proc = subprocess.run(fresh_root_command({"/grade": root}, venv, [entrypoint]),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = root / "results" / "results.json"
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_question_directory(question: Path) -> None:
+    info = json.loads((question / "info.json").read_text())
+    assert info["gradingMethod"] == "External" and info["type"] == "v3"
+    options = info["externalGradingOptions"]
+    assert options == {"enabled": True, "image": "example/grader:1",
+                       "entrypoint": "/grade/tests/run.sh", "timeout": 900}
+    assert (question / "tests" / "run.sh").stat().st_mode & 0o111
+    html = (question / "question.html").read_text()
+    assert '<pl-file-upload file-names="seq2seq.ipynb">' in html
+    assert "<pl-external-grader-results>" in html
+    assert (question / "clientFilesQuestion" / "seq2seq.ipynb").exists()
+    for path in ("course/course_lib/grading.py", "course/solutions/01-seq2seq/seq2seq.ipynb",
+                 "bundle.json", "setup.sh"):
+        assert (question / "tests" / path).exists(), path
+    dockerfile = (question.parent / f"{CHAPTER}-grader-image" / "Dockerfile").read_text()
+    assert "setup.sh" in dockerfile and "example/grader:1" in dockerfile
+
+
+@pytest.mark.parametrize("what", ["truncated", "none"])
+def test_an_ungradable_file_is_not_gradable(question: Path, tmp_path: Path, what: str,
+                                            monkeypatch) -> None:
+    from autograder.prairielearn import RESULTS_SCHEMA, run
+
+    root = tmp_path / "grade"
+    shutil.copytree(question / "tests", root / "tests")
+    (root / "student").mkdir()
+    if what == "truncated":
+        raw = Chapter(CHAPTER).source.read_bytes()
+        (root / "student" / "seq2seq.ipynb").write_bytes(raw[: len(raw) // 3])
+    monkeypatch.syspath_prepend(str(root / "tests" / "course"))
+    assert run(root) == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    jsonschema.validate(data, RESULTS_SCHEMA)
+    assert data["gradable"] is False and data["score"] == 0
+    assert ("JSON" if what == "truncated" else "no .ipynb") in data["format_errors"][0]
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("platform-prairielearn")
+def test_entrypoint_in_prairielearn_layout_gives_the_hardened_points(
+        question: Path, tmp_path: Path) -> None:
+    from autograder.chapter_spec import load_chapter_spec
+    from autograder.prairielearn import RESULTS_SCHEMA
+
+    chapter = Chapter(CHAPTER)
+    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+                             chapter.release)
+    subs = submissions(tmp_path)
+    grades = hardened_grades(tmp_path, subs)
+    for name in SUBMISSIONS:
+        fname, data = subs[name]
+        results = run_prairielearn(question, tmp_path, name, fname, data, Path(sys.prefix))
+        jsonschema.validate(results, RESULTS_SCHEMA)
+        want = grades[name]
+        if want["status"] != "graded":
+            assert results["gradable"] is False and results["format_errors"], name
+            continue
+        assert results["gradable"] is True, (name, results)
+        got = {ex.exercise_id: t["points"] for ex, t in zip(spec.exercises, results["tests"])}
+        assert [t["name"] for t in results["tests"]] == [ex.name for ex in spec.exercises]
+        assert got == want["points"], (name, [t["message"] for t in results["tests"]])
+        assert [t["max_points"] for t in results["tests"]] == [ex.points for ex in spec.exercises]
+        assert results["score"] == pytest.approx(want["total"] / spec.max_total, abs=1e-12)
+        for ex, t in zip(spec.exercises, results["tests"]):
+            assert ex.hidden_test.strip() not in t["output"] + t["message"]
