@@ -195,3 +195,81 @@ def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejecte
         losses.append(float(loss.detach()))
     policy.eval()
     return losses
+
+
+def implicit_rewards(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                     reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                     beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
+    r"""DPO's implicit rewards of both completions of each pair, and the pairs' accuracy.
+
+    Inverting the optimum :math:`\pi^*(y|x) = \pi_{ref}(y|x)\, e^{r(x,y)/\beta} / Z(x)` gives
+    :math:`r(x, y) = \beta \log \pi^*(y|x)/\pi_{ref}(y|x) + \beta \log Z(x)`; the term of
+    :math:`x` alone is the same for both completions of a pair, so a pair is ranked by
+    :math:`\hat r = \beta (\log \pi_\theta(y|x) - \log \pi_{ref}(y|x))`. The accuracy is the
+    share of pairs whose chosen completion gets the strictly larger :math:`\hat r` (a tie, such
+    as the reference itself gives, counts as wrong).
+
+    Args: as :func:`dpo_loss`.
+
+    Returns:
+        ``(chosen_rewards, rejected_rewards, accuracy)``: two ``(B,)`` tensors in the inputs'
+        dtype and a Python float in ``[0, 1]``.
+
+    Example:
+        >>> z = torch.tensor([-3.0, -5.0])
+        >>> implicit_rewards(z, z, z, z, beta=0.1)[2]  # the reference itself: every pair a tie
+        0.0
+    """
+    named = {"policy_chosen": policy_chosen, "policy_rejected": policy_rejected,
+             "reference_chosen": reference_chosen, "reference_rejected": reference_rejected}
+    for name, t in named.items():
+        check_float_tensor(name, t, ndim=1, shape="(B,)")
+    check_same_dtype(**named)
+    if len({tuple(t.shape) for t in named.values()}) != 1 or policy_chosen.shape[0] == 0:
+        raise ValueError("the four log-probabilities must be (B,) tensors of one shape, B >= 1")
+    check_positive("beta", beta)
+    chosen = beta * (policy_chosen - reference_chosen)
+    rejected = beta * (policy_rejected - reference_rejected)
+    return chosen, rejected, float((chosen > rejected).double().mean())
+
+
+def kl_regularised_optimum(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                           betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The reward and the KL of the policy that maximises RLHF's objective, for each beta.
+
+    Over a finite set of completions of one prompt, the policy that maximises
+    :math:`\mathbb E_{y\sim\pi}[r(y)] - \beta\,\mathrm{KL}(\pi \Vert \pi_{ref})` is
+    :math:`\pi^*(y) = \pi_{ref}(y)\, e^{r(y)/\beta} / Z` (a Lagrange multiplier for
+    :math:`\sum_y \pi(y) = 1`; Peters and Schaal 2007, Peng et al. 2019, Korbak et al. 2022, and
+    Rafailov et al. 2023's eq. 4). Computed in log space (a log-softmax of
+    :math:`\log \pi_{ref} + r/\beta`), so a small beta does not overflow. Sweeping beta traces the
+    best reward reachable at each KL: the reward-against-KL frontier.
+
+    Args:
+        reference_probs: ``(K,)``, positive, summing to one.
+        rewards: ``(K,)``, the same dtype.
+        betas: ``(N,)``, positive, the same dtype.
+
+    Returns:
+        ``(expected_reward, kl)``, each ``(N,)``: :math:`\mathbb E_{\pi^*}[r]` and
+        :math:`\mathrm{KL}(\pi^* \Vert \pi_{ref})` in nats.
+
+    Example:
+        >>> p, r = torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0])
+        >>> reward, kl = kl_regularised_optimum(p, r, torch.tensor([1e6, 1e-3]))
+        >>> [round(v, 3) for v in reward.tolist()], round(kl[1].item(), 3)  # KL: log 2 at beta -> 0
+        ([0.5, 1.0], 0.693)
+    """
+    for name, t in (("reference_probs", reference_probs), ("rewards", rewards),
+                    ("betas", betas)):
+        check_float_tensor(name, t, ndim=1, shape="(K,)" if name != "betas" else "(N,)")
+    check_same_dtype(reference_probs=reference_probs, rewards=rewards, betas=betas)
+    if reference_probs.shape != rewards.shape:
+        raise ValueError(f"reference_probs {tuple(reference_probs.shape)} and rewards "
+                         f"{tuple(rewards.shape)} must have the same shape (K,)")
+    if not bool((reference_probs > 0).all()) or not bool((betas > 0).all()):
+        raise ValueError("reference_probs and betas must be positive")
+    log_ref = reference_probs.log()
+    log_opt = torch.log_softmax(log_ref[None, :] + rewards[None, :] / betas[:, None], dim=-1)
+    opt = log_opt.exp()  # (N, K)
+    return (opt * rewards).sum(-1), (opt * (log_opt - log_ref)).sum(-1)

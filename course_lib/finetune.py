@@ -303,14 +303,20 @@ def method_names(config: FinetuneConfig = FINETUNE_CONFIG) -> list[str]:
 
 
 def finetune_method(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig,
-                    rank: int | None, steps: int | None = None,
-                    ) -> tuple[gpt.GPT, dict[str, Any]]:
+                    rank: int | None, steps: int | None = None, lr: float | None = None,
+                    mix_windows: int = 0) -> tuple[gpt.GPT, dict[str, Any]]:
     """Fine-tune a copy of ``base`` (full when ``rank`` is None, else LoRA) and measure it.
+
+    ``lr`` overrides the configuration's rate for the method. ``mix_windows > 0`` mixes the
+    pretraining text into every step (the usual remedy for forgetting): that many windows of
+    ``block_size`` characters of the training plays, drawn by a generator of their own, whose
+    next-character loss is added to the answer-only loss (the questions and their batches stay
+    those of the unmixed run).
 
     Returns the tuned model (LoRA merged into the weights) and ``trainable`` parameters,
     ``adam_bytes`` (the optimiser's moments, counted from its state after training),
     ``ms_per_step``, task ``accuracy`` on the test questions, ``base_loss`` (the base task's
-    validation loss after tuning) and ``train_loss`` (every step).
+    validation loss after tuning) and ``train_loss`` (every step, the answer-only loss).
     """
     import copy
 
@@ -322,7 +328,8 @@ def finetune_method(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig
     if rank is not None:
         lora.add_lora(model, rank, config.alpha_over_r * rank)
     params = [p for p in model.parameters() if p.requires_grad]
-    lr = config.lr_full if rank is None else config.lr_lora
+    if lr is None:
+        lr = config.lr_full if rank is None else config.lr_lora
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     pairs = word_problems(config.n_train, config.seed)
     rng = random.Random(config.seed)
@@ -333,13 +340,25 @@ def finetune_method(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig
             yield tuple(t.to(device) for t in encode_pairs(rng.sample(pairs, config.batch_size),
                                                           vocabulary))
 
+    text_ids = (corpus.encode_chars(corpus.load_shakespeare("train"), vocabulary)
+                if mix_windows > 0 else None)
+    text_gen = torch.Generator().manual_seed(config.seed + 1)
+    answer_losses: list[float] = []
+
     def objective(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, y, mask = batch
-        return answer_only_loss(m(x), y, mask)
+        loss = answer_only_loss(m(x), y, mask)
+        if text_ids is None:
+            return loss
+        answer_losses.append(float(loss.detach()))
+        tx, ty = corpus.random_windows(text_ids, model.config.block_size, mix_windows, text_gen)
+        return loss + gpt.lm_loss(m(tx.to(device)), ty.to(device))
 
     train_config = training.TrainConfig(steps=steps, lr=lr, warmup_steps=config.warmup_steps,
                                         schedule="cosine", seed=config.seed, progress=False)
     history = training.train(model, batches(), objective, train_config, optimizer=optimizer)
+    if text_ids is not None:  # report the answer-only part, comparable with unmixed runs
+        history.train_loss = answer_losses
     trainable = lora.trainable_parameters(model)
     adam_bytes = lora.optimizer_state_bytes(optimizer)
     if rank is not None:
@@ -369,6 +388,56 @@ def compare_methods(config: FinetuneConfig = FINETUNE_CONFIG,
         measured["train_loss_every"] = every
         results["methods"][name] = measured
     return results
+
+
+FORGETTING_PATH = DATA_DIR / "fine_tuning_forgetting.json.xz"  # scripts/finetune_runs.py --forgetting
+
+
+@dataclass(frozen=True)
+class ForgettingConfig:
+    """Section 2's forgetting sweep: more runs of :data:`FINETUNE_CONFIG`, at other rates or mixed.
+
+    Each run is ``(method, rank, lr, mix_windows)``: ``rank`` None is full fine-tuning,
+    ``mix_windows`` the windows of pretraining text added to each step (0: none). With the four
+    runs of :func:`compare_methods` (full at 3e-4, LoRA at 3e-3), every method is measured at
+    3e-4 and at 1e-3, the same rates, so the methods compare at matched learning rates as well
+    as along their learned-against-forgotten frontiers; the mixed runs measure the remedy.
+    """
+
+    runs: tuple[tuple[str, int | None, float, int], ...] = (
+        ("full", None, 1e-3, 0), ("LoRA r=16", 16, 1e-3, 0),  # matched rates first
+        ("full", None, 1e-4, 0), ("LoRA r=16", 16, 3e-4, 0),
+        ("full", None, 3e-4, 8), ("LoRA r=4", 4, 1e-3, 0),  # the remedy: text mixed in
+        ("LoRA r=4", 4, 3e-4, 0), ("LoRA r=16", 16, 3e-3, 8),
+        ("LoRA r=1", 1, 1e-3, 0), ("LoRA r=1", 1, 3e-4, 0),
+    )
+
+
+FORGETTING_CONFIG = ForgettingConfig()
+
+
+def forgetting_runs(config: ForgettingConfig = FORGETTING_CONFIG,
+                    base_config: FinetuneConfig = FINETUNE_CONFIG, part: int = 0, parts: int = 1,
+                    device: torch.device | str = "cpu") -> list[dict[str, Any]]:
+    """Run every ``parts``-th run of ``config`` from ``part`` on (see :func:`forgetting_run`)."""
+    base, vocabulary = load_base_model(device)
+    return [forgetting_run(base, vocabulary, config, base_config, index)
+            for index in range(part, len(config.runs), parts)]
+
+
+def forgetting_run(base: gpt.GPT, vocabulary: list[str], config: ForgettingConfig,
+                   base_config: FinetuneConfig, index: int) -> dict[str, Any]:
+    """Run ``config.runs[index]``: its method, rank, lr, mix and :func:`finetune_method`'s results."""
+    method, rank, lr, mix = config.runs[index]
+    _, measured = finetune_method(base, vocabulary, base_config, rank, lr=lr, mix_windows=mix)
+    curve = measured.pop("train_loss")
+    return {"index": index, "method": method, "rank": rank, "lr": lr, "mix_windows": mix,
+            **measured, "final_train_loss": sum(curve[-100:]) / len(curve[-100:])}
+
+
+def load_forgetting(path: Path = FORGETTING_PATH) -> dict[str, Any]:
+    """The shipped forgetting sweep of ``scripts/finetune_runs.py --forgetting``."""
+    return load_json_xz(path, "scripts/finetune_runs.py --forgetting")
 
 
 def save_json_xz(data: Any, path: Path) -> None:

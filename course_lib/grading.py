@@ -163,6 +163,7 @@ class Exercise:
             the T x T matrix"); :class:`AllocationMeter` measures it.
         allowed: course_lib callables the statement allows, although another exercise (of any
             chapter) forbids them.
+        too_large: what the memory message says the function must not build.
     """
 
     id: str
@@ -175,6 +176,7 @@ class Exercise:
     postprocess: Callable[[Mapping[str, Any], Any], Any] | None = None
     largest_tensor: Callable[[Mapping[str, Any]], int] | None = None
     allowed: tuple[Callable[..., Any], ...] = ()
+    too_large: str = "anything as large as the full score matrix"
 
     @property
     def name(self) -> str:
@@ -772,7 +774,7 @@ def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None
         if largest > bound:
             return (f"the output is right, but your function built a tensor of {largest:,} "
                     f"elements where the statement allows at most {bound:,} at this size: "
-                    "it must not build anything as large as the full score matrix")
+                    f"it must not build {ex.too_large}")
     return None
 
 

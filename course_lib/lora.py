@@ -216,3 +216,24 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes actually held in ``optimizer.state`` (tensors only; after at least one step)."""
     return sum(t.numel() * t.element_size() for state in optimizer.state.values()
                for t in state.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
+
+
+def gpt_lora_parameters(n_layer: int, n_embd: int, r: int) -> int:
+    r"""The trainable numbers of LoRA at rank ``r`` on every map of :data:`GPT_TARGETS`.
+
+    A course GPT's block (:class:`course_lib.gpt.Block`, MLP width ``4 n_embd``) has the maps
+    ``c_attn`` :math:`(3d, d)`, ``attn.c_proj`` :math:`(d, d)`, ``mlp.c_fc`` :math:`(4d, d)` and
+    ``mlp.c_proj`` :math:`(d, 4d)`; an adapter on a :math:`(d_{out}, d_{in})` map trains
+    :math:`r (d_{in} + d_{out})` numbers, so a block trains :math:`r (4 + 2 + 5 + 5) d = 16 r d`.
+    What :func:`add_lora` then leaves trainable (:func:`trainable_parameters`).
+
+    Example:
+        >>> gpt_lora_parameters(n_layer=2, n_embd=64, r=4)  # chapter 8's base model, rank 4
+        8192
+    """
+    check_int("n_layer", n_layer, minimum=1)
+    check_int("n_embd", n_embd, minimum=1)
+    check_int("r", r, minimum=1)
+    d = n_embd
+    shapes = [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)]  # (out, in) of GPT_TARGETS, in order
+    return n_layer * sum(r * (d_in + d_out) for d_out, d_in in shapes)

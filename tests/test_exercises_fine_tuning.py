@@ -16,8 +16,8 @@ from tests.conftest import solution
 pytestmark = pytest.mark.ch08
 
 SLUG = "08-fine-tuning"
-NAMES = ["answer_only_loss", "lora_forward", "merge_lora", "distillation_loss", "dpo_loss",
-         "extract_answer"]
+NAMES = ["answer_only_loss", "lora_forward", "merge_lora", "lora_trainable", "predict_forgetting",
+         "distillation_loss", "kl_frontier", "dpo_loss", "implicit_rewards", "extract_answer"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -41,7 +41,8 @@ def test_every_slip_fails_with_its_own_message(exercise_id: str) -> None:
 
 def test_the_hidden_cases_cover_float64_and_batch_size_one() -> None:
     for exercise_id in ["fine_tuning.lora_forward", "fine_tuning.answer_only_loss",
-                        "fine_tuning.distillation_loss", "fine_tuning.dpo_loss"]:
+                        "fine_tuning.distillation_loss", "fine_tuning.dpo_loss",
+                        "fine_tuning.implicit_rewards"]:
         names = [case.name for case in ex7.EXERCISES[exercise_id].cases()]
         assert any("float64" in n for n in names) and any("batch size 1" in n for n in names)
 
@@ -98,8 +99,65 @@ def test_extract_answer_reference_reads_the_last_run_of_digits() -> None:
     ("dpo_loss", lambda policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta:
         dpo.dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)),
     ("extract_answer", lambda text: arithmetic.extract_answer(text)),
+    ("lora_trainable", lambda n_layer, n_embd, r: lora.gpt_lora_parameters(n_layer, n_embd, r)),
+    ("kl_frontier", lambda reference_probs, rewards, betas:
+        dpo.kl_regularised_optimum(reference_probs, rewards, betas)),
+    ("implicit_rewards", lambda policy_chosen, policy_rejected, reference_chosen,
+        reference_rejected, beta: dpo.implicit_rewards(policy_chosen, policy_rejected,
+                                                       reference_chosen, reference_rejected, beta)),
 ])
 def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -> None:
     results = grading.evaluate(f"fine_tuning.{name}", cheat)
     assert results and all(r.reference_called for r in results), name
     assert grading.is_reference_call(results[0].message)
+
+
+def _lora_forward_forming_ba(x, weight, bias, lora_a, lora_b, alpha):
+    merged = weight + (alpha / lora_a.shape[0]) * lora_b @ lora_a  # (out, in): what is forbidden
+    out = x @ merged.T
+    return out + bias if bias is not None else out
+
+
+def test_lora_forward_that_forms_ba_fails_on_memory_with_a_right_output() -> None:
+    """The statement's "without forming BA" is graded: a right output built through B A fails."""
+    messages = [r.message for r in grading.evaluate("fine_tuning.lora_forward",
+                                                    _lora_forward_forming_ba) if r.message]
+    assert messages and all("the output is right" in m and "B A" in m for m in messages)
+    wide = [c for c in ex7.EXERCISES["fine_tuning.lora_forward"].cases() if "wide" in c.name]
+    assert len(wide) >= 2  # cases where B A is larger than anything the algorithm needs
+
+
+def test_lora_trainable_reference_counts_what_add_lora_leaves_trainable() -> None:
+    from course_lib import gpt
+    for n_layer, n_embd, r in [(1, 8, 1), (3, 12, 5), (2, 64, 4)]:
+        model = gpt.GPT(gpt.GPTConfig(vocab_size=11, block_size=8, n_layer=n_layer, n_head=2,
+                                      n_embd=n_embd))
+        lora.add_lora(model, r, float(r))
+        assert lora.trainable_parameters(model) == lora.gpt_lora_parameters(n_layer, n_embd, r)
+
+
+def test_kl_frontier_reference_is_the_best_policy_against_random_policies() -> None:
+    """No policy beats pi* on J = E[r] - beta KL; and the reward and KL are consistent with it."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), -1)
+    r = torch.randn(6, generator=g, dtype=torch.float64)
+    betas = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    reward, kl = dpo.kl_regularised_optimum(ref, r, betas)
+    best = reward - betas * kl
+    for _ in range(200):
+        pi = torch.softmax(3 * torch.randn(6, generator=g, dtype=torch.float64), -1)
+        j = (pi * r).sum() - betas * (pi * (pi / ref).log()).sum()
+        assert (j <= best + 1e-12).all()
+    # J at the optimum is beta log Z (the partition function)
+    log_z = torch.logsumexp(ref.log() + r / betas[:, None], -1)
+    torch.testing.assert_close(best, betas * log_z, rtol=1e-12, atol=1e-12)
+
+
+def test_implicit_rewards_reference_ranks_pairs_by_the_dpo_margin() -> None:
+    g = torch.Generator().manual_seed(1)
+    pw, pl, rw, rl = (-30 * torch.rand(50, generator=g, dtype=torch.float64) for _ in range(4))
+    w, lose, acc = dpo.implicit_rewards(pw, pl, rw, rl, 0.3)
+    margin = (pw - rw) - (pl - rl)
+    torch.testing.assert_close(w - lose, 0.3 * margin)
+    assert acc == pytest.approx(float((margin > 0).double().mean()))
+    assert type(acc) is float

@@ -2,9 +2,17 @@
 
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
 solution that calls course_lib's implementation of any exercise of this chapter: LoRA's forward
-pass and merge (:mod:`course_lib.lora`), the answer-only loss (:mod:`course_lib.finetune`), the
-distillation loss (:mod:`course_lib.distill`), the DPO loss (:mod:`course_lib.dpo`) and the
-answer extraction (:mod:`course_lib.arithmetic`).
+pass, merge and parameter count (:mod:`course_lib.lora`), the answer-only loss
+(:mod:`course_lib.finetune`), the distillation loss (:mod:`course_lib.distill`), the DPO loss,
+the implicit rewards and the KL-regularised optimum (:mod:`course_lib.dpo`) and the answer
+extraction (:mod:`course_lib.arithmetic`).
+
+Four exercises ask the student to work something out rather than transcribe a printed formula:
+``lora_trainable`` (count an adapter's numbers from the GPT's shapes), ``predict_forgetting``
+(predict, then see the measurement), ``kl_frontier`` (derive the optimum of the KL-regularised
+objective and trace its reward-against-KL frontier) and ``implicit_rewards`` (invert that
+optimum into DPO's implicit reward and score held-out pairs). ``lora_forward`` is graded on its
+algorithm too (``largest_tensor``): forming the product ``B A`` fails.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -19,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from course_lib import arithmetic, distill, dpo, finetune, lora
+from course_lib import arithmetic, distill, dpo, finetune, grading, lora
 from course_lib.exercises._calls import extract_all
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, pick, randn
 from course_lib.grading import Case, Exercise, Slip
@@ -48,7 +56,19 @@ def _lora_forward_cases() -> list[Case]:
                                                       dtype=f64)),
         Case("float64, batch size 1, alpha smaller than r", _lora_inputs(40, (1, 2), 10, 4, 8,
                                                                           2.0, dtype=f64)),
+        Case("float32, few rows and wide layers (B A would be the largest tensor)",
+             _lora_inputs(45, (pick(46, 1, 3),), pick(47, 40, 64), pick(48, 40, 64),
+                          pick(49, 1, 4), 4.0)),
+        Case("float64, a batch of sequences and wide layers", _lora_inputs(
+            55, (1, pick(56, 2, 4)), pick(57, 48, 80), pick(58, 32, 48), 2, 2.0, dtype=f64)),
     ]
+
+
+def _lora_bound(inputs: dict[str, Any]) -> int:
+    """Without B A the largest new tensor is the output, x's size or x A^T: rows x max(in, out)."""
+    x, weight = inputs["x"], inputs["weight"]
+    rows = x.numel() // x.shape[-1]
+    return rows * max(weight.shape[0], weight.shape[1], inputs["lora_a"].shape[0])
 
 
 def _lora_alpha_only(x, weight, bias, lora_a, lora_b, alpha):
@@ -127,6 +147,79 @@ _MERGE_SLIPS = (
          _merge_delta_only),
     Slip("the update is lora_b @ lora_a, shaped (out, in) like the weight; it was transposed",
          _merge_transposed),
+)
+
+
+# 2b. lora_trainable (work it out) ---------------------------------------------------------------
+
+
+def _trainable_cases() -> list[Case]:
+    def build(seed: int, layers: tuple[int, int], width: tuple[int, int],
+              rank: tuple[int, int]) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            return {"n_layer": pick(seed, *layers), "n_embd": pick(seed + 1, *width),
+                    "r": pick(seed + 2, *rank)}
+        return inputs
+    return [
+        Case("one layer, rank 1", lambda: {"n_layer": 1, "n_embd": 8, "r": 1}),
+        Case("a small GPT", build(210, (1, 4), (8, 64), (1, 8))),
+        Case("a deeper GPT, a larger rank", build(220, (6, 24), (64, 512), (8, 64))),
+        Case("a GPT-2-sized model", build(230, (12, 48), (768, 1600), (1, 16))),
+    ]
+
+
+def _trainable_full_matrices(n_layer, n_embd, r):
+    return n_layer * r * (3 + 1 + 4 + 4) * n_embd ** 2
+
+
+def _trainable_attention_only(n_layer, n_embd, r):
+    return n_layer * r * (4 + 2) * n_embd
+
+
+def _trainable_square_mlp(n_layer, n_embd, r):
+    return n_layer * r * (4 + 2 + 2 + 2) * n_embd
+
+
+def _trainable_square_qkv(n_layer, n_embd, r):
+    return n_layer * r * (2 + 2 + 5 + 5) * n_embd
+
+
+def _trainable_one_layer(n_layer, n_embd, r):
+    return r * 16 * n_embd
+
+
+def _trainable_a_only(n_layer, n_embd, r):
+    return n_layer * r * (1 + 1 + 1 + 4) * n_embd
+
+
+_TRAINABLE_SLIPS = (
+    Slip("an adapter on a (out, in) map trains A (r, in) and B (out, r): r (in + out) numbers, "
+         "not r times the weight's in x out", _trainable_full_matrices),
+    Slip("the adapters sit on the MLP's maps too (c_fc and mlp.c_proj), not only attention's",
+         _trainable_attention_only),
+    Slip("the MLP is 4 n_embd wide: c_fc maps n_embd to 4 n_embd and mlp.c_proj back",
+         _trainable_square_mlp),
+    Slip("c_attn computes queries, keys and values at once: it maps n_embd to 3 n_embd",
+         _trainable_square_qkv),
+    Slip("every one of the n_layer blocks has its own adapters", _trainable_one_layer),
+    Slip("both factors train: B (out, r) as well as A (r, in)", _trainable_a_only),
+)
+
+
+# 2c. predict_forgetting (question) --------------------------------------------------------------
+
+
+def predict_forgetting() -> str:
+    """Reference answer of the prediction: full fine-tuning and LoRA r=16 at the same rate."""
+    return "a"
+
+
+_FORGETTING_SLIPS = (
+    Slip("at the same learning rate, each step moves every weight for full fine-tuning but only "
+         "a rank-16 update per matrix for LoRA; which update can change more of what the model "
+         "does on Shakespeare?", lambda: "b"),
+    Slip("the two runs share the batches and the rate, but not what can move: count how many "
+         "directions of each weight matrix each method can change", lambda: "c"),
 )
 
 
@@ -316,6 +409,159 @@ _DPO_SLIPS = (
 )
 
 
+# 5b. kl_frontier (work it out) ------------------------------------------------------------------
+
+
+def _frontier_cases() -> list[Case]:
+    def build(seed: int, k: tuple[int, int], n: tuple[int, int], log_beta: tuple[float, float],
+              reward_scale: float, dtype=f64) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            K, N = pick(seed, *k), pick(seed + 1, *n)
+            lo, hi = log_beta
+            u = torch.rand(N, generator=gen(seed + 2), dtype=dtype)
+            return {"reference_probs": torch.softmax(randn(seed + 3, K, dtype=dtype), -1),
+                    "rewards": randn(seed + 4, K, dtype=dtype, scale=reward_scale),
+                    "betas": torch.sort(10 ** (lo + (hi - lo) * u)).values}
+        return inputs
+    return [
+        Case("float64, two completions", build(240, (2, 2), (4, 6), (-1.0, 1.0), 1.0)),
+        Case("float64, several completions, betas from 0.1 to 100",
+             build(250, (3, 9), (3, 8), (-1.0, 2.0), 2.0)),
+        Case("float32, a large beta (near the reference)", build(260, (4, 8), (2, 4), (2.0, 3.0),
+                                                                 1.0, f32)),
+        Case("float32, a small beta (exp(r / beta) overflows float32)",
+             build(270, (3, 6), (3, 5), (-2.5, -1.5), 5.0, f32)),
+        Case("float64, one beta", build(280, (5, 7), (1, 1), (-0.5, 0.5), 1.0)),
+    ]
+
+
+def _optimum_logits(reference_probs, rewards, betas, scale):
+    return torch.log_softmax(reference_probs.log()[None] + scale(rewards, betas), -1)
+
+
+def _frontier_from(log_opt, reference_probs, rewards, reverse=False):
+    opt = log_opt.exp()
+    log_ref = reference_probs.log()[None]
+    if reverse:
+        return (opt * rewards).sum(-1), (log_ref.exp() * (log_ref - log_opt)).sum(-1)
+    return (opt * rewards).sum(-1), (opt * (log_opt - log_ref)).sum(-1)
+
+
+def _frontier_times_beta(reference_probs, rewards, betas):
+    log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] * b[:, None])
+    return _frontier_from(log_opt, reference_probs, rewards)
+
+
+def _frontier_no_reference(reference_probs, rewards, betas):
+    log_opt = torch.log_softmax(rewards[None] / betas[:, None], -1)
+    return _frontier_from(log_opt, reference_probs, rewards)
+
+
+def _frontier_reverse_kl(reference_probs, rewards, betas):
+    log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] / b[:, None])
+    return _frontier_from(log_opt, reference_probs, rewards, reverse=True)
+
+
+def _frontier_reference_reward(reference_probs, rewards, betas):
+    log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] / b[:, None])
+    _, kl = _frontier_from(log_opt, reference_probs, rewards)
+    return (reference_probs * rewards).sum().expand(len(betas)).clone(), kl
+
+
+def _frontier_naive_exp(reference_probs, rewards, betas):
+    weights = reference_probs[None] * torch.exp(rewards[None] / betas[:, None])
+    opt = weights / weights.sum(-1, keepdim=True)
+    return (opt * rewards).sum(-1), (opt * (opt / reference_probs[None]).log()).sum(-1)
+
+
+_FRONTIER_SLIPS = (
+    Slip("the reward is divided by beta: a large beta (a strong KL penalty) must keep the "
+         "policy near the reference", _frontier_times_beta),
+    Slip("the optimum tilts the reference: pi*(y) is proportional to pi_ref(y) exp(r(y) / "
+         "beta), not to exp(r(y) / beta) alone", _frontier_no_reference),
+    Slip("the KL is KL(pi* || pi_ref), an expectation under the optimal policy, not under the "
+         "reference", _frontier_reverse_kl),
+    Slip("the reward is the optimal policy's expected reward, which changes with beta",
+         _frontier_reference_reward),
+    Slip("exp(r / beta) overflows for a small beta: normalise in log space (a log-softmax, or "
+         "subtract the largest exponent before exp)", _frontier_naive_exp),
+)
+
+
+# 5c. implicit_rewards (work it out) -------------------------------------------------------------
+
+
+def _implicit_cases() -> list[Case]:
+    def build(seed: int, B: tuple[int, int], beta: float, dtype=f32, ties: int = 0):
+        def inputs() -> dict[str, Any]:
+            n = pick(seed, *B)
+            lp = -5.0 - 25.0 * torch.rand(4, n, generator=gen(seed + 1), dtype=dtype)
+            lp[0, :ties], lp[1, :ties] = lp[2, :ties], lp[3, :ties]  # policy = reference there
+            return {"policy_chosen": lp[0], "policy_rejected": lp[1], "reference_chosen": lp[2],
+                    "reference_rejected": lp[3], "beta": beta}
+        return inputs
+    return [
+        Case("float32, held-out pairs, beta = 0.1", build(300, (6, 20), 0.1)),
+        Case("float64, beta = 0.5", build(310, (4, 12), 0.5, f64)),
+        Case("float64, some pairs where the policy is the reference (ties)",
+             build(320, (5, 9), 1.0, f64, ties=3)),
+        Case("float32, batch size 1, beta = 2", build(330, (1, 1), 2.0)),
+    ]
+
+
+def _implicit_policy_only(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
+                          beta):
+    w, lose = beta * policy_chosen, beta * policy_rejected
+    return w, lose, float((w > lose).double().mean())
+
+
+def _implicit_no_beta(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+    w, lose = policy_chosen - reference_chosen, policy_rejected - reference_rejected
+    return w, lose, float((w > lose).double().mean())
+
+
+def _implicit_reversed(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
+                       beta):
+    w, lose = beta * (reference_chosen - policy_chosen), beta * (reference_rejected -
+                                                                 policy_rejected)
+    return w, lose, float((w > lose).double().mean())
+
+
+def _implicit_ties_count(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
+                         beta):
+    w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
+                                                                 reference_rejected)
+    return w, lose, float((w >= lose).double().mean())
+
+
+def _implicit_count(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+    w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
+                                                                 reference_rejected)
+    return w, lose, float((w > lose).double().sum())
+
+
+def _implicit_ratio(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+    w = beta * (policy_chosen - reference_chosen).exp()
+    lose = beta * (policy_rejected - reference_rejected).exp()
+    return w, lose, float((w > lose).double().mean())
+
+
+_IMPLICIT_SLIPS = (
+    Slip("the reward is measured against the reference: beta (log pi - log pi_ref); a "
+         "completion the reference already liked is not rewarded for it", _implicit_policy_only),
+    Slip("solving pi* = pi_ref exp(r / beta) / Z for r gives beta times the log-ratio",
+         _implicit_no_beta),
+    Slip("the reward is beta log(pi / pi_ref): it grows as the policy raises a completion above "
+         "the reference", _implicit_reversed),
+    Slip("a tie is not a win: the chosen completion must get the strictly larger reward",
+         _implicit_ties_count),
+    Slip("the accuracy is the share of pairs, between 0 and 1, not their number",
+         _implicit_count),
+    Slip("the reward is beta times the log of the ratio pi / pi_ref, not of the ratio itself",
+         _implicit_ratio),
+)
+
+
 # 6. extract_answer ------------------------------------------------------------------------------
 
 
@@ -386,15 +632,25 @@ _EXTRACT_SLIPS = (
 EXERCISES = {ex.id: ex for ex in [
     Exercise(id="fine_tuning.lora_forward", reference=lora.lora_forward,
              cases=_lora_forward_cases, slips=_LORA_FORWARD_SLIPS,
-             forbidden=(lora.LoRALinear,)),
+             forbidden=(lora.LoRALinear,), largest_tensor=_lora_bound,
+             too_large="the product B A (out x in): apply A, then B"),
     Exercise(id="fine_tuning.merge_lora", reference=lora.merge_lora, cases=_merge_cases,
              slips=_MERGE_SLIPS, forbidden=(lora.merge_all,)),
+    Exercise(id="fine_tuning.lora_trainable", reference=lora.gpt_lora_parameters,
+             cases=_trainable_cases, slips=_TRAINABLE_SLIPS,
+             forbidden=(lora.add_lora, lora.trainable_parameters)),
+    Exercise(id="fine_tuning.predict_forgetting", reference=predict_forgetting,
+             cases=grading.answer_case, call=grading.choice, slips=_FORGETTING_SLIPS),
     Exercise(id="fine_tuning.answer_only_loss", reference=finetune.answer_only_loss,
              cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.distillation_loss", reference=distill.distillation_loss,
              cases=_distill_cases, slips=_DISTILL_SLIPS, forbidden=(distill.hinton_loss,)),
+    Exercise(id="fine_tuning.kl_frontier", reference=dpo.kl_regularised_optimum,
+             cases=_frontier_cases, slips=_FRONTIER_SLIPS),
     Exercise(id="fine_tuning.dpo_loss", reference=dpo.dpo_loss, cases=_dpo_cases,
              slips=_DPO_SLIPS),
+    Exercise(id="fine_tuning.implicit_rewards", reference=dpo.implicit_rewards,
+             cases=_implicit_cases, slips=_IMPLICIT_SLIPS),
     Exercise(id="fine_tuning.extract_answer", reference=arithmetic.extract_answer,
              cases=_extract_cases, slips=_EXTRACT_SLIPS, forbidden=(arithmetic.score_answers,),
              call=extract_all),
