@@ -84,6 +84,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -381,6 +382,75 @@ def copy_accuracy(model: nn.Module, task: CopyTask, length: int, n_strings: int 
     return correct / n_strings
 
 
+def max_copy_length(state_floats: int, bits_per_float: int, alphabet_size: int) -> int:
+    r"""The longest string length a state of ``state_floats`` floats can always copy (a bound).
+
+    The state holds :math:`S` = ``state_floats * bits_per_float`` bits, so it takes at most
+    :math:`2^S` values; copying every string of length :math:`n` over :math:`A` symbols needs
+    :math:`A^n` different states. The largest :math:`n` with :math:`A^n \le 2^S`, that is
+    :math:`n \log_2 A \le S` (Jelassi et al., 2024, the lower bound for models of fixed state),
+    computed with exact integers.
+
+    Example:
+        >>> max_copy_length(100, 32, 16)  # the chapter's GRU: 3,200 bits, 4 bits per symbol
+        800
+        >>> max_copy_length(1, 8, 10)  # 256 states: 10**2 = 100 strings fit, 10**3 do not
+        2
+    """
+    for name, value in (("state_floats", state_floats), ("bits_per_float", bits_per_float)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if isinstance(alphabet_size, bool) or not isinstance(alphabet_size, int) or alphabet_size < 2:
+        raise ValueError(f"alphabet_size must be an int >= 2, got {alphabet_size!r}")
+    states = 2 ** (state_floats * bits_per_float)
+    n = int(state_floats * bits_per_float / math.log2(alphabet_size))  # a guess, then exact
+    while alphabet_size ** n > states:
+        n -= 1
+    while alphabet_size ** (n + 1) <= states:
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def attention_map(model: CopyTransformer, ids: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """The causal attention weights of one block of a :class:`CopyTransformer` on ``ids``.
+
+    Recomputed from the block's own input (after its first LayerNorm) and ``c_attn``: the
+    weights that block's attention applies, ``softmax(q k^T / sqrt(d_head))`` under the causal
+    mask.
+
+    Args:
+        model: a (trained) :class:`CopyTransformer`.
+        ids: ``(B, T)`` token ids, e.g. ``BOS s SEP s``.
+        layer: which block.
+
+    Returns:
+        ``(B, n_head, T, T)``: row ``i`` is how query position ``i`` spreads its attention over
+        the positions ``0..i``.
+
+    Example:
+        >>> model = CopyTransformer(CopyTask(alphabet_size=4), d_model=8)
+        >>> w = attention_map(model, torch.zeros(1, 5, dtype=torch.long))
+        >>> w.shape, bool(torch.allclose(w.sum(-1), torch.ones(1, 1, 5)))
+        (torch.Size([1, 1, 5, 5]), True)
+    """
+    _check_ids(ids, model.task.vocab_size)
+    attn = model.blocks[layer].attn
+    seen: list[torch.Tensor] = []
+    handle = attn.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        model(ids)
+    finally:
+        handle.remove()
+    x = seen[0]  # (B, T, d): the block's input to attention, after ln_1
+    B, T, d = x.shape
+    q, k, _ = attn.c_attn(x).split(d, dim=-1)
+    q, k = (t.view(B, T, attn.n_head, d // attn.n_head).transpose(1, 2) for t in (q, k))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d // attn.n_head)  # (B, h, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    return scores.masked_fill(~causal, float("-inf")).softmax(-1)
+
+
 @torch.no_grad()
 def greedy_copy(model: nn.Module, task: CopyTask, strings: torch.Tensor) -> torch.Tensor:
     """The model's copy of each string, decoded greedily one token at a time.
@@ -443,8 +513,9 @@ def compare_copying(*, seed: int = 0, device: torch.device | str | None = None,
 
     Returns:
         ``{"lengths": [n, ...], "train_max_length": L, "accuracy": {"transformer": [...],
-        "gru": [...]}, "params": {"transformer": N_t, "gru": N_g}, "state_floats": {"gru": H}}``,
-        accuracies as fractions in ``[0, 1]`` per length.
+        "gru": [...]}, "params": {"transformer": N_t, "gru": N_g}, "state_floats": {"gru": H},
+        "steps": S, "models": {"transformer": ..., "gru": ...}}``, accuracies as fractions in
+        ``[0, 1]`` per length, the training steps and the two trained models.
 
     Example:
         >>> result = compare_copying(quick=True)
@@ -476,4 +547,6 @@ def compare_copying(*, seed: int = 0, device: torch.device | str | None = None,
         "accuracy": accuracy,
         "params": {"transformer": count_params(transformer), "gru": count_params(gru)},
         "state_floats": {"gru": gru.state_floats},
+        "steps": setup.steps,
+        "models": {"transformer": transformer, "gru": gru},
     }

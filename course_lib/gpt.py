@@ -316,6 +316,41 @@ def _matching_rows(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor | N
         return None
 
 
+def generation_cost(n_layer: int, n_embd: int, prompt_len: int,
+                    new_tokens: int) -> tuple[int, int, int]:
+    r"""What generating ``new_tokens`` after a prompt costs, without and with a key-value cache.
+
+    Token :math:`i` of :math:`n` new ones (:math:`i = 1..n`) is predicted from the prefix of
+    :math:`P + i - 1` tokens. Without a cache every step runs its whole prefix through each layer;
+    with one, the first step runs the prompt (the *prefill*) and every later step only the token
+    appended last (*decode*). The last new token is never run: nothing is predicted from it.
+
+    .. math:: \sum_{i=1}^{n} (P + i - 1) = nP + \tfrac{n(n-1)}{2} \quad\text{against}\quad
+              P + n - 1 \text{ positions per layer},
+
+    and at the end each of the :math:`L` layers caches a key and a value of :math:`d` numbers for
+    each of those :math:`P + n - 1` positions: :math:`2 L d (P + n - 1)` numbers per sequence.
+
+    Args:
+        n_layer: :math:`L`; n_embd: :math:`d`; prompt_len: :math:`P \ge 1`;
+        new_tokens: :math:`n \ge 1`.
+
+    Returns:
+        ``(positions per layer without the cache, positions per layer with it, numbers cached)``.
+
+    Example:
+        >>> generation_cost(n_layer=2, n_embd=8, prompt_len=3, new_tokens=4)  # 3+4+5+6; 3+1+1+1
+        (18, 6, 192)
+    """
+    for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("prompt_len", prompt_len),
+                        ("new_tokens", new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    run = prompt_len + new_tokens - 1  # positions that ever pass through a layer
+    without = new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
+    return without, run, 2 * n_layer * n_embd * run
+
+
 def gpt_params(config: GPTConfig) -> dict[str, int]:
     r"""Parameters of :class:`GPT` by formula, part by part, and their ``"total"``.
 

@@ -69,8 +69,36 @@ def test_the_cache_changes_nothing_but_rounding_and_is_faster(built_book: Path) 
 
 
 def test_beam_search_finds_a_more_probable_line_than_greedy(built_book: Path) -> None:
-    """Section 4: "Beam search finds a line of much higher probability: X nats against Y"."""
+    """Section 4: "Beam search finds a line of much higher probability: X nats against Y"; the
+    plain beam stops after N characters, greedy loops for the 50 it may write."""
     assert value("ch4_beam_logp") > value("ch4_greedy_logp") + 5  # -3.8 vs -65.6
+    assert value("ch4_beam_len") < 10  # 3
+    assert value("ch4_greedy_len") == 50
+
+
+def test_length_normalisation_never_chooses_a_shorter_line(built_book: Path) -> None:
+    """Section 4, after exercise 7: "with alpha = 1 it returns the same N-character line ...
+    with alpha = 2 a line of M characters and log-probability X: longer, never shorter ... and
+    here no better"."""
+    assert value("ch4_beam_norm_len") == value("ch4_beam_len")  # 3
+    assert value("ch4_beam_norm_logp") == value("ch4_beam_logp")
+    assert value("ch4_beam_norm2_len") > value("ch4_beam_len")  # 50
+    assert value("ch4_beam_norm2_logp") < value("ch4_beam_logp") - 5  # -66.7
+
+
+def test_perplexity_is_the_exponential_of_the_loss(built_book: Path) -> None:
+    """Section 2: "a perplexity of X: as unsure of the next character as a uniform choice among
+    that many"; far below the 83 characters of a uniform guess."""
+    assert math.isclose(value("ch4_char_ppl"), math.exp(value("ch4_char_nats")), rel_tol=1e-3)
+    assert value("ch4_char_ppl") < 83 / 4  # 11.9
+
+
+def test_the_cache_runs_the_positions_exercise_5_counts(built_book: Path) -> None:
+    """Section 3: "After the 7-character prompt, recomputing runs X positions through each block
+    and the cache Y, the counts of exercise 5 (they agree: 1)"."""
+    assert value("ch4_positions_match") == 1
+    assert value("ch4_positions_no_cache") == 48 * 7 + 48 * 47 // 2  # 1464
+    assert value("ch4_positions_cache") == 7 + 48 - 1  # 54
 
 
 def test_diversity_grows_with_temperature_and_filters_cut_it(built_book: Path) -> None:
@@ -100,6 +128,22 @@ def test_the_transformer_copies_and_the_gru_does_not(built_book: Path) -> None:
     assert value("ch4_copy_gru_beyond") < 0.005  # 0.0: "copied none" at 0%
     assert value("ch4_copy_transformer_beyond") > 0.4  # 0.65
     assert value("ch4_copy_transformer_at_max") > 0.3  # 0.61
+
+
+def test_the_experiment_is_far_from_the_bound(built_book: Path) -> None:
+    """Section 5: "The GRU's state is 100 float32 numbers: by exercise 10 it could hold strings
+    of N symbols, far longer than any tested here" and "in S training steps the GRU has learned
+    to store only a few symbols"."""
+    assert value("ch4_copy_gru_bound") == 800
+    assert value("ch4_copy_gru_bound") > 10 * value("ch4_copy_max_length")
+    assert value("ch4_copy_steps") == 300
+    assert value("ch4_copy_gru_longest") * 100 < value("ch4_copy_gru_bound")
+
+
+def test_the_copying_attention_looks_the_next_symbol_up(built_book: Path) -> None:
+    """Section 5, the attention figure: "the lookup shows as a diagonal: ... the model attends to
+    the position of that symbol in the input, 12 positions back"."""
+    assert value("ch4_copy_attention_on_target") > 0.9  # 1.0
 
 
 def test_the_chapter_runs_within_its_stated_time(built_book: Path) -> None:

@@ -1,27 +1,140 @@
-"""Chapter 4's graded exercises: the instructor's solutions pass, the references agree with
-course_lib, boundary cases are where the statement says, and calling course_lib fails."""
+"""Chapter 4's graded exercises: what the generic registry and notebook tests cannot know.
+
+The instructor's solutions pass the visible and hidden tests; the visible tests catch every slip of
+every exercise that is not a question (a student who self-checks sees red before grading); the
+references agree with course_lib and with peers; the statements' rules (duplicate merges, k > V,
+top-p's tolerance and p = 1) are what the references do; calling course_lib fails.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any, Callable
 
 import pytest
 import torch
 
-from course_lib import bpe, grading, sampling
+from course_lib import bpe, copying, gpt, grading, sampling
 from course_lib.exercises import language_models as ex4
-from tests.conftest import solution
+from tests.conftest import cell_by_grade_id, setup_namespace, solution
 
 pytestmark = pytest.mark.ch04
 
 SLUG = "04-language-models"
-NAMES = ["pair_counts", "merge", "bpe_encode", "bits_per_byte_loss", "kv_attention_step",
-         "temperature_top_k", "top_p_filter"]
+NAMES = ["pair_counts", "merge", "bpe_encode", "bits_per_byte_loss", "generation_cost",
+         "cached_chunk_attention", "length_normalisation", "temperature_top_k", "top_p_filter",
+         "max_copy_length"]
+QUESTIONS = ["length_normalisation"]
+
+
+def _visible_part(name: str) -> str:
+    source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
+    return source.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def _run_visible(name: str, fn: Callable[..., Any]) -> None:
+    namespace = setup_namespace(SLUG)
+    namespace[name] = fn
+    exec(compile(_visible_part(name), f"<{name} visible tests>", "exec"), namespace)
+
+
+def _positional(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """A slip with the notebook function's signature (visible tests call it positionally)."""
+    params = list(inspect.signature(solution(SLUG, name)).parameters)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return fn(**dict(zip(params, args)), **kwargs)
+
+    return wrapped
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_instructor_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"language_models.{name}", solution(SLUG, name))
+def test_the_instructor_solution_passes_the_visible_and_hidden_tests(name: str, capsys) -> None:
+    fn = solution(SLUG, name)
+    _run_visible(name, fn)
+    assert "visible tests passed" in capsys.readouterr().out
+    results = grading.evaluate(f"language_models.{name}", fn)
+    assert [r.message for r in results if r.message] == []
+
+
+VISIBLY_CAUGHT = [(name, k) for name in NAMES if name not in QUESTIONS
+                  for k in range(len(ex4.EXERCISES[f"language_models.{name}"].slips))]
+
+
+@pytest.mark.parametrize("name,k", VISIBLY_CAUGHT)
+def test_the_visible_tests_catch_each_slip(name: str, k: int, capsys) -> None:
+    """Every listed slip (duplicate merges, k > V, ties, p = 1, the chunk's mask, ...) fails the
+    visible tests."""
+    slip = ex4.EXERCISES[f"language_models.{name}"].slips[k]
+    fn = slip.fn if name == "pair_counts" else _positional(slip.fn, name)
+    with pytest.raises(Exception) as err:
+        _run_visible(name, fn)
+    assert not isinstance(err.value, NotImplementedError)
+    assert "visible tests passed" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("bpe_encode", lambda text, merges: _encode_keep_last(text, merges)),
+    ("temperature_top_k", lambda logits, temperature, k: _top_k_with_topk(logits, temperature, k)),
+])
+def test_the_slips_the_issue_named_fail_visible_and_hidden_tests(name: str, fn, capsys) -> None:
+    """A dict that keeps a duplicated merge's last index, and top-k that lets topk fail for
+    k > V, fail both the visible and the hidden tests."""
+    with pytest.raises(Exception):
+        _run_visible(name, _positional(fn, name))
+    assert "visible tests passed" not in capsys.readouterr().out
+    assert any(r.message for r in grading.evaluate(f"language_models.{name}", fn))
+
+
+def _encode_keep_last(text, merges):
+    rank = {tuple(pair): i for i, pair in enumerate(merges)}  # a later duplicate overwrites
+    ids = list(text.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: rank.get(p, math.inf))
+        if pair not in rank:
+            break
+        ids = _merge(ids, pair, 256 + rank[pair])
+    return ids
+
+
+def _merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _top_k_with_topk(logits, temperature, k):
+    scaled = logits / temperature
+    kth = scaled.topk(k, dim=-1).values[..., -1:]  # raises for k > V
+    return scaled.masked_fill(scaled < kth, float("-inf"))
+
+
+def test_bpe_encode_may_call_the_students_own_merge() -> None:
+    """The statement allows calling exercise 2's merge: the graders run the solution cells in
+    notebook order, so a bpe_encode that calls it earns its points."""
+    namespace = setup_namespace(SLUG)
+    exec("".join(cell_by_grade_id(SLUG, "merge")["source"]), namespace)
+    exec("""
+def bpe_encode(text, merges):
+    rank = {}
+    for i, pair in enumerate(merges):
+        rank.setdefault(tuple(pair), i)
+    ids = list(text.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: rank.get(p, float("inf")))
+        if pair not in rank:
+            return ids
+        ids = merge(ids, pair, 256 + rank[pair])
+    return ids
+""", namespace)
+    results = grading.evaluate("language_models.bpe_encode", namespace["bpe_encode"])
     assert [r.message for r in results if r.message] == []
 
 
@@ -71,24 +184,81 @@ def test_top_p_any_stated_tolerance_passes(tolerance: float) -> None:
     assert [r.message for r in results if r.message] == []
 
 
-def test_kv_reference_equals_full_causal_attention() -> None:
-    """A peer: torch's SDPA over the whole sequence, at the last position."""
+def test_chunk_reference_equals_full_causal_attention() -> None:
+    """A peer: torch's SDPA over the whole sequence; the reference on its last T positions after
+    a cache of the first P gives the same outputs and the whole sequence's keys and values."""
     g = torch.Generator().manual_seed(3)
-    B, T, d, h = 2, 6, 8, 2
+    B, P, T, d, h = 2, 4, 3, 8, 2
     w_attn, b_attn = torch.randn(3 * d, d, generator=g, dtype=torch.float64), \
         torch.randn(3 * d, generator=g, dtype=torch.float64)
     w_proj, b_proj = torch.randn(d, d, generator=g, dtype=torch.float64), \
         torch.randn(d, generator=g, dtype=torch.float64)
-    x = torch.randn(B, T, d, generator=g, dtype=torch.float64)
-    q, k, v = (t.reshape(B, T, h, d // h).transpose(1, 2)
+    x = torch.randn(B, P + T, d, generator=g, dtype=torch.float64)
+    q, k, v = (t.reshape(B, P + T, h, d // h).transpose(1, 2)
                for t in (x @ w_attn.T + b_attn).split(d, -1))
     full = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    expected = full[:, :, -1].reshape(B, d) @ w_proj.T + b_proj
-    y, k_all, v_all = ex4.kv_attention_step(x[:, -1], k[:, :, :-1], v[:, :, :-1], w_attn, b_attn,
-                                            w_proj, b_proj, h)
-    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
+    expected = full.transpose(1, 2).reshape(B, P + T, d) @ w_proj.T + b_proj
+    y, k_all, v_all = ex4.cached_chunk_attention(x[:, P:], k[:, :, :P], v[:, :, :P], w_attn,
+                                                 b_attn, w_proj, b_proj, h)
+    torch.testing.assert_close(y, expected[:, P:], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(k_all, k)
     torch.testing.assert_close(v_all, v)
+
+
+def test_sdpa_is_causal_aligns_top_left_so_it_is_the_square_mask_slip() -> None:
+    """The statement warns about SDPA's is_causal with more keys than queries: it is the slip
+    "square" (top-left alignment), which the hidden tests reject."""
+    def with_is_causal(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head):
+        B, T, d = x.shape
+        q, k, v = (t.reshape(B, T, n_head, d // n_head).transpose(1, 2)
+                   for t in (x @ w_attn.T + b_attn).split(d, -1))
+        k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+        return y.transpose(1, 2).reshape(B, T, d) @ w_proj.T + b_proj, k, v
+
+    failed = [r for r in grading.evaluate("language_models.cached_chunk_attention", with_is_causal)
+              if r.message]
+    assert failed and all("chunk after a cache" in r.name for r in failed), [r.name for r in failed]
+    assert failed[0].message.startswith("new position i is position P + i")
+
+
+def test_generation_cost_is_what_a_gpt_runs() -> None:
+    """The reference's counts are the positions that enter block 0 of course_lib's GPT under
+    greedy decoding, without and with the cache."""
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=11, block_size=32, n_layer=2, n_head=2, n_embd=8))
+    prompt = torch.randint(11, (1, 5), generator=torch.Generator().manual_seed(0))
+    counts = []
+    for step in (model.step, model.cached_step()):
+        seen: list[int] = []
+        hook = model.transformer.h[0].register_forward_pre_hook(
+            lambda module, args: seen.append(args[0].shape[1]))
+        from course_lib import decoding
+        decoding.greedy_decode(step, prompt, 6)
+        hook.remove()
+        counts.append(sum(seen))
+    assert tuple(counts) == gpt.generation_cost(2, 8, 5, 6)[:2]
+
+
+def test_max_copy_length_is_exact_at_the_boundary() -> None:
+    assert copying.max_copy_length(3, 1, 2) == 3
+    assert copying.max_copy_length(100, 32, 16) == 800
+    assert copying.max_copy_length(1, 8, 257) == 0 and copying.max_copy_length(1, 8, 256) == 1
+
+
+def test_top_p_exercise_reference_keeps_what_course_lib_keeps() -> None:
+    """The statement's rule (a tolerance of 1e-6, p = 1 keeps everything) and course_lib's
+    (the rounding error of the dtype) keep the same tokens on every hidden case."""
+    for case in ex4._top_p_cases():
+        inputs = case.inputs()
+        assert torch.equal(ex4.top_p_filter(**inputs).isfinite(),
+                           sampling.top_p_filter(**inputs).isfinite()), case.name
+
+
+def test_a_duplicated_merge_changes_the_encoding_in_a_hidden_case() -> None:
+    """The hidden case for duplicates is one where keeping the last index gives other ids."""
+    (case,) = [c for c in ex4._bpe_encode_cases() if "twice" in c.name]
+    inputs = case.inputs()
+    assert ex4.bpe_encode(**inputs) != _encode_keep_last(**inputs)
 
 
 def test_pair_counts_answer_in_another_form_is_a_clear_error() -> None:
@@ -111,6 +281,10 @@ def test_bits_per_byte_with_all_one_byte_tokens_is_nats_over_ln2() -> None:
     ("temperature_top_k",
      lambda logits, temperature, k: sampling.filter_logits(logits, temperature, top_k=k)),
     ("top_p_filter", lambda logits, p: sampling.top_p_filter(logits, p)),
+    ("generation_cost", lambda n_layer, n_embd, prompt_len, new_tokens:
+        gpt.generation_cost(n_layer, n_embd, prompt_len, new_tokens)),
+    ("max_copy_length", lambda state_floats, bits_per_float, alphabet_size:
+        copying.max_copy_length(state_floats, bits_per_float, alphabet_size)),
 ])
 def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -> None:
     results = grading.evaluate(f"language_models.{name}", cheat)
@@ -119,12 +293,10 @@ def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -
 
 
 def test_a_cached_step_through_course_libs_gpt_is_a_reference_call() -> None:
-    from course_lib import gpt
-
     def cheat(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head):
         cache = gpt.KVCache(1)
         cache.update(0, past_k, past_v)
         return x, cache.keys[0], cache.values[0]
 
-    results = grading.evaluate("language_models.kv_attention_step", cheat)
+    results = grading.evaluate("language_models.cached_chunk_attention", cheat)
     assert any(r.reference_called for r in results)

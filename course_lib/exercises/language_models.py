@@ -3,8 +3,10 @@
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
 solution that calls course_lib's implementation of any exercise of this chapter: the BPE
 functions and :class:`~course_lib.bpe.Tokenizer`, the losses of :mod:`course_lib.gpt`, the
-filters of :mod:`course_lib.sampling`, and the attention modules and cache of
-:mod:`course_lib.gpt` (with :func:`course_lib.attention.scaled_dot_product_attention`).
+filters of :mod:`course_lib.sampling`, the attention modules, cache and cost of
+:mod:`course_lib.gpt` (with chapter 2's attention and cached step), and the copying bound of
+:mod:`course_lib.copying`. Two exercises are questions (``length_normalisation``) or derivations
+(``generation_cost``, ``max_copy_length``) whose answers are numbers or a letter.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Hidden tests compare filtered logits and exact token
@@ -20,9 +22,9 @@ from typing import Any
 
 import torch
 
-from course_lib import attention, bpe, gpt, sampling
+from course_lib import attention, bpe, copying, gpt, grading, sampling
 from course_lib.exercises._calls import pairs_as_rows
-from course_lib.exercises._common import Inputs, f32, f64, gen, randn
+from course_lib.exercises._common import Inputs, f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Slip
 
 Pair = tuple[int, int]
@@ -185,6 +187,15 @@ def _bpe_encode_cases() -> list[Case]:
             return {"text": test, "merges": _learn_merges(train, n_merges, seed)}
         return inputs
 
+    def build_twice(seed: int, text: str, n_merges: int) -> Inputs:
+        # An early merge listed again later: its first index counts (a dict that keeps the last
+        # index applies it too late). Then one more merge that uses the later id.
+        def inputs() -> dict[str, Any]:
+            merges = _learn_merges(text, n_merges, seed)
+            again = merges[pick(seed, 0, 2)]
+            return {"text": text, "merges": [*merges, again, (256 + n_merges, 32)]}
+        return inputs
+
     ab = "ab ba aab abba bab"
     words = _random_text(31, 400, "aabbbcd  e")
     unicode = "naïve café, déjà vu 🙂🙂 e\u0301 ½"
@@ -194,6 +205,7 @@ def _bpe_encode_cases() -> list[Case]:
                                                      30)),
         Case("non-ASCII text (multi-byte characters)", build(34, unicode * 3, unicode, 25)),
         Case("a merge order that differs from frequency", build(35, ab * 4, "aabbaabab", 6)),
+        Case("a pair listed twice in merges", build_twice(36, words, 12)),
         Case("no merges: the bytes", lambda: {"text": "héllo", "merges": []}),
         Case("the empty string", lambda: {"text": "", "merges": [(97, 98)]}),
     ]
@@ -201,11 +213,14 @@ def _bpe_encode_cases() -> list[Case]:
 
 def _encode_slip(text: str, merges: list[Pair], slip: str) -> list[int]:
     """A wrong encoder, one per slip (there is no correct setting of ``slip``)."""
-    if slip not in ("chars", "rank ids", "most frequent", "one pass"):
+    if slip not in ("chars", "rank ids", "most frequent", "one pass", "last index"):
         raise ValueError(f"unknown slip {slip!r}")
     ranks: dict[Pair, int] = {}
     for rank, pair in enumerate(merges):
-        ranks.setdefault((pair[0], pair[1]), rank)
+        if slip == "last index":
+            ranks[(pair[0], pair[1])] = rank  # a plain dict: a later duplicate overwrites
+        else:
+            ranks.setdefault((pair[0], pair[1]), rank)
     ids = [ord(c) for c in text] if slip == "chars" else list(text.encode("utf-8"))
     offset = 0 if slip == "rank ids" else 256
     while len(ids) >= 2:
@@ -247,6 +262,8 @@ _BPE_ENCODE_SLIPS = (
          lambda text, merges: _encode_slip(text, merges, "most frequent")),
     Slip("one pass is not enough: keep merging until no learned pair is left",
          lambda text, merges: _encode_slip(text, merges, "one pass")),
+    Slip("a pair listed twice in merges keeps its first index (a dict built in one pass keeps "
+         "the last)", lambda text, merges: _encode_slip(text, merges, "last index")),
 )
 
 
@@ -335,7 +352,9 @@ def _top_k_cases() -> list[Case]:
     return [
         Case("float32, (batch, vocabulary), T = 0.7, k = 5", build(51, (4, 30), f32, 0.7, 5)),
         Case("float64, batch size 1, T = 1.5, k = 1", build(52, (1, 12), f64, 1.5, 1)),
-        Case("float32, k at least the vocabulary size", build(53, (2, 8), f32, 2.0, 8)),
+        Case("float32, k equal to the vocabulary size", build(53, (2, 8), f32, 2.0, 8)),
+        Case("float64, k above the vocabulary size",
+             build(55, (3, 6), f64, 0.8, 6 + pick(55, 1, 9))),
         Case("float64, ties with the k-th largest", ties),
         Case("float32, a 3-D batch (B, T, V), T = 1", build(54, (2, 3, 10), f32, 1.0, 3)),
     ]
@@ -380,6 +399,29 @@ _TOP_K_SLIPS = (
 
 # 6. top_p_filter -------------------------------------------------------------------------------
 
+#: The statement's tolerance: a cumulative mass within this much below ``p`` has reached ``p``.
+TOP_P_TOLERANCE = 1e-6
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Reference: the statement's rule word for word (float64 sums, a tolerance of 1e-6, and
+    ``p = 1`` keeps every token).
+
+    It keeps the same tokens as :func:`course_lib.sampling.top_p_filter` (whose tolerance is the
+    rounding error of the logits' dtype) on every hidden case: none has a cumulative mass between
+    the two tolerances below ``p`` (``tests/test_exercises_language_models.py`` checks).
+    """
+    if p >= 1:
+        return logits
+    probs = torch.softmax(logits.double(), dim=-1)  # (..., V)
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    above = sorted_probs.cumsum(dim=-1) - sorted_probs  # the mass ranked above each token
+    keep_sorted = above < p - TOP_P_TOLERANCE
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # vocabulary order
+    return logits.masked_fill(~keep, float("-inf"))
+
+
 
 def _top_p_cases() -> list[Case]:
     def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, p: float,
@@ -398,6 +440,17 @@ def _top_p_cases() -> list[Case]:
         # probabilities 0.5, 0.4, 0.1: p = 0.5 is reached exactly by the first token alone
         return {"logits": torch.tensor([[0.1, 0.4, 0.5]], dtype=f32).log(), "p": 0.5}
 
+    def tiny() -> dict[str, Any]:
+        # one logit 30 below the others: probability about 1e-13, under the tolerance
+        logits = randn(67, 2, pick(67, 4, 9), dtype=f64)
+        logits[:, -1] = logits.amax(-1) - 30.0
+        return {"logits": logits, "p": 1.0}
+
+    def ties32() -> dict[str, Any]:
+        # n equal logits in a row: p = 0.5 keeps the first ceil(n / 2) in vocabulary order
+        n = 2 * pick(68, 2, 6) + 1
+        return {"logits": torch.zeros(2, n, dtype=f32) + randn(68, 2, 1), "p": 0.5}
+
     def boundary64() -> dict[str, Any]:
         # probabilities 0.1 each: p = 0.3 is reached exactly by the first three (vocabulary order)
         return {"logits": torch.zeros(1, 10, dtype=f64), "p": 0.3}
@@ -407,6 +460,8 @@ def _top_p_cases() -> list[Case]:
         Case("float64, batch size 1, p = 0.5", build(62, (1, 25), f64, 0.5)),
         Case("float32, a peaked distribution, p = 0.95", build(63, (3, 50), f32, 0.95, 5.0)),
         Case("float64, p = 1 keeps every token", build(64, (2, 7), f64, 1.0)),
+        Case("float64, p = 1 and a token of tiny probability", tiny),
+        Case("float32, equal probabilities across the boundary", ties32),
         Case("float32, a small p keeps only the most probable token", build(65, (2, 9), f32, 0.01)),
         Case("float32, cumulative probability exactly p", boundary32),
         Case("float32, the most probable token has exactly p", boundary32_first),
@@ -442,7 +497,32 @@ def _top_p_on_logits(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def _top_p_tolerance_at_one(logits: torch.Tensor, p: float) -> torch.Tensor:
+    # no special case for p = 1: a token whose probability is under the tolerance is dropped
+    probs = torch.softmax(logits.double(), dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < p - 1e-6
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _top_p_keeps_ties(logits: torch.Tensor, p: float) -> torch.Tensor:
+    # keeps every token as probable as the last one kept: all of a run of equal probabilities
+    probs = torch.softmax(logits.double(), dim=-1)
+    sorted_probs = probs.sort(dim=-1, descending=True).values
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < p - 1e-6
+    keep_sorted[..., 0] = True
+    last = sorted_probs.masked_fill(~keep_sorted, float("inf")).amin(-1, keepdim=True)
+    keep = probs >= last
+    return logits if p >= 1 else logits.masked_fill(~keep, float("-inf"))
+
+
 _TOP_P_SLIPS = (
+    Slip("p = 1 keeps every token, also one whose probability is below the tolerance",
+         _top_p_tolerance_at_one),
+    Slip("equal probabilities are taken in vocabulary order (a stable sort): keep only as many "
+         "as it takes to reach p", _top_p_keeps_ties),
     Slip("keep the token that crosses p too: a token is kept while the tokens ranked above it "
          "have not reached p", _top_p_includes_self),
     Slip("a cumulative probability that rounds just below p has reached p: sum in float64 and "
@@ -451,16 +531,72 @@ _TOP_P_SLIPS = (
 )
 
 
-# 7. kv_attention_step --------------------------------------------------------------------------
+# 7. generation_cost ----------------------------------------------------------------------------
 
 
-def kv_attention_step(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
-                      w_attn: torch.Tensor, b_attn: torch.Tensor, w_proj: torch.Tensor,
-                      b_proj: torch.Tensor, n_head: int,
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference: one new position through :class:`~course_lib.gpt.CausalSelfAttention` with a
+def _cost_cases() -> list[Case]:
+    def draw(seed: int, kind: str) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            n_layer, n_embd = pick(seed, 1, 48), 8 * pick(seed + 1, 1, 200)
+            prompt_len, new_tokens = pick(seed + 2, 1, 500), pick(seed + 3, 2, 300)
+            if kind == "one new token":
+                new_tokens = 1
+            if kind == "one-token prompt":
+                prompt_len = 1
+            return {"n_layer": n_layer, "n_embd": n_embd, "prompt_len": prompt_len,
+                    "new_tokens": new_tokens}
+        return inputs
+
+    return [
+        Case("a prompt and many new tokens", draw(81, "plain")),
+        Case("a long generation, a deep model", draw(85, "plain")),
+        Case("one new token (the prefill alone)", draw(89, "one new token")),
+        Case("a one-token prompt", draw(93, "one-token prompt")),
+    ]
+
+
+def _cost(n_layer, n_embd, prompt_len, new_tokens, slip=""):
+    """A wrong cost, one per ``slip`` (no setting of it is correct)."""
+    P, n = prompt_len, new_tokens
+    without = sum(P + i - 1 for i in range(1, n + 1))
+    run = P + n - 1
+    if slip == "runs the last":
+        run = P + n
+    if slip == "prefix includes the new":
+        without = sum(P + i for i in range(1, n + 1))
+    if slip == "no cache re-runs one":
+        without = n * (P + n - 1)
+    cached = 2 * n_layer * n_embd * run
+    if slip == "keys only":
+        cached //= 2
+    if slip == "one layer":
+        cached //= n_layer
+    return without, run, cached
+
+
+_COST_SLIPS = (
+    Slip("the last new token is never run through the model: nothing is predicted from it",
+         partial(_cost, slip="runs the last")),
+    Slip("without the cache, new token i is predicted from a prefix of P + i - 1 tokens (the "
+         "prompt and the i - 1 tokens before it)", partial(_cost, slip="prefix includes the new")),
+    Slip("without the cache the prefixes grow by one token per step: sum their lengths",
+         partial(_cost, slip="no cache re-runs one")),
+    Slip("the cache holds a key and a value for each position", partial(_cost, slip="keys only")),
+    Slip("every layer has its own cache: its keys and values come from its own input",
+         partial(_cost, slip="one layer")),
+)
+
+
+# 8. cached_chunk_attention ---------------------------------------------------------------------
+
+
+def cached_chunk_attention(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
+                           w_attn: torch.Tensor, b_attn: torch.Tensor, w_proj: torch.Tensor,
+                           b_proj: torch.Tensor, n_head: int,
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference: ``T`` new positions through :class:`~course_lib.gpt.CausalSelfAttention` with a
     :class:`~course_lib.gpt.KVCache` holding ``past_k, past_v``; returns ``(y, k, v)``."""
-    B, d = x.shape
+    B, T, d = x.shape
     config = gpt.GPTConfig(vocab_size=1, block_size=1, n_layer=1, n_head=n_head, n_embd=d,
                            attn_impl="reference")
     attn = gpt.CausalSelfAttention(config).to(x.dtype).eval()
@@ -472,58 +608,148 @@ def kv_attention_step(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tenso
         cache = gpt.KVCache(n_layer=1)
         if past_k.shape[2] > 0:
             cache.update(0, past_k, past_v)
-        y = attn(x[:, None, :], cache, 0)[:, 0]  # (B, d)
+        y = attn(x, cache, 0)  # (B, T, d)
     return y, cache.keys[0], cache.values[0]  # type: ignore[return-value]
 
 
-def _kv_cases() -> list[Case]:
-    def build(seed: int, B: int, P: int, d: int, h: int, dtype: torch.dtype) -> Inputs:
+def _chunk_cases() -> list[Case]:
+    def build(seed: int, B: int, P: tuple[int, int], T: tuple[int, int], d_head: int, h: int,
+              dtype: torch.dtype) -> Inputs:
         def inputs() -> dict[str, Any]:
             g = gen(seed)
+            n_past, n_new = pick(seed, *P), pick(seed + 1, *T)
+            d = d_head * h
 
             def r(*shape: int, scale: float = 1.0) -> torch.Tensor:
                 return (scale * torch.randn(*shape, generator=g, dtype=f64)).to(dtype)
 
-            return {"x": r(B, d), "past_k": r(B, h, P, d // h), "past_v": r(B, h, P, d // h),
-                    "w_attn": r(3 * d, d, scale=d ** -0.5), "b_attn": r(3 * d, scale=0.1),
-                    "w_proj": r(d, d, scale=d ** -0.5), "b_proj": r(d, scale=0.1), "n_head": h}
+            return {"x": r(B, n_new, d), "past_k": r(B, h, n_past, d_head),
+                    "past_v": r(B, h, n_past, d_head), "w_attn": r(3 * d, d, scale=d ** -0.5),
+                    "b_attn": r(3 * d, scale=0.1), "w_proj": r(d, d, scale=d ** -0.5),
+                    "b_proj": r(d, scale=0.1), "n_head": h}
         return inputs
 
     return [
-        Case("float32, 5 cached positions, 4 heads", build(71, 2, 5, 16, 4, f32)),
-        Case("float64, batch size 1, 1 head", build(72, 1, 3, 6, 1, f64)),
-        Case("float32, an empty cache (the first token)", build(73, 3, 0, 8, 2, f32)),
-        Case("float64, 2 heads, a longer cache", build(74, 2, 12, 12, 2, f64)),
-        Case("float32, 3 heads of width 4", build(75, 1, 7, 12, 3, f32)),
+        Case("float32, decode: one new position after a cache", build(71, 2, (3, 9), (1, 1), 4, 4,
+                                                                       f32)),
+        Case("float64, prefill: a prompt with an empty cache", build(72, 2, (0, 0), (3, 8), 3, 2,
+                                                                      f64)),
+        Case("float32, a chunk after a cache (chunked prefill)", build(73, 3, (2, 7), (2, 6), 4,
+                                                                        3, f32)),
+        Case("float64, batch size 1, one head, a chunk after a cache",
+             build(74, 1, (1, 5), (2, 5), 6, 1, f64)),
+        Case("float32, an empty cache and one position", build(75, 2, (0, 0), (1, 1), 4, 2, f32)),
     ]
 
 
-def _kv_step(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
-    """A wrong cached attention step, one per ``slip`` (no setting of it is correct)."""
-    B, d = x.shape
-    dh = d // n_head
-    scale, include_new, new_first = slip != "no scale", slip != "past only", slip == "new first"
-    q, k, v = (x @ w_attn.T + b_attn).split(d, dim=-1)  # 3 x (B, d)
+def _chunk(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
+    """A wrong chunk of cached attention, one per ``slip`` (no setting of it is correct)."""
+    B, T, d = x.shape
+    P, dh = past_k.shape[2], d // n_head
+    q, k, v = (x @ w_attn.T + b_attn).split(d, dim=-1)  # 3 x (B, T, d)
     if slip == "swapped":
         q, k = k, q
-    q, k, v = (t.view(B, n_head, 1, dh) for t in (q, k, v))  # (B, h, 1, dh)
-    keys = torch.cat([k, past_k] if new_first else [past_k, k], dim=2)  # (B, h, P + 1, dh)
+    q, k, v = (t.reshape(B, T, n_head, dh).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dh)
+    new_first = slip == "new first"
+    keys = torch.cat([k, past_k] if new_first else [past_k, k], dim=2)  # (B, h, P + T, dh)
     values = torch.cat([v, past_v] if new_first else [past_v, v], dim=2)
-    attend_k, attend_v = (keys, values) if include_new else (past_k, past_v)
-    scores = q @ attend_k.transpose(-2, -1) / (math.sqrt(dh) if scale else 1.0)  # (B, h, 1, n)
-    y = (scores.softmax(-1) @ attend_v).reshape(B, d)  # (B, d)
+    i = torch.arange(T)[:, None]
+    j = torch.arange(P + T)[None, :]
+    allowed = {"square": j <= i, "no mask": j >= 0, "strict": j < i + P}.get(slip, j <= i + P)
+    if new_first:
+        allowed = torch.cat([allowed[:, P:], allowed[:, :P]], dim=1)
+    scores = q @ keys.transpose(-2, -1) / (1.0 if slip == "no scale" else math.sqrt(dh))
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)  # (B, h, T, P + T)
+    y = (weights @ values).transpose(1, 2).reshape(B, T, d)
     return y @ w_proj.T + b_proj, keys, values
 
 
-_KV_SLIPS = (
+_CHUNK_SLIPS = (
     Slip("scale the scores by 1 / sqrt(d_head), the width of one head",
-         partial(_kv_step, slip="no scale")),
+         partial(_chunk, slip="no scale")),
     Slip("c_attn's output is queries, keys, values in that order",
-         partial(_kv_step, slip="swapped")),
-    Slip("append the new key and value after the cached ones (positions stay in order)",
-         partial(_kv_step, slip="new first")),
-    Slip("the new token attends to itself too: append its key and value before attending",
-         partial(_kv_step, slip="past only")),
+         partial(_chunk, slip="swapped")),
+    Slip("append the new keys and values after the cached ones (positions stay in order)",
+         partial(_chunk, slip="new first")),
+    Slip("new position i is position P + i of the sequence: it sees the P cached keys and the new "
+         "ones up to itself, not the first i + 1 keys", partial(_chunk, slip="square")),
+    Slip("a new position must not see the new positions after it (causal)",
+         partial(_chunk, slip="no mask")),
+    Slip("each position attends to itself too", partial(_chunk, slip="strict")),
+)
+
+
+# 9. length_normalisation (question) ------------------------------------------------------------
+
+
+def length_normalisation() -> str:
+    """Reference answer: normalising by n**alpha can only pick a line at least as long."""
+    return "b"
+
+
+_NORMALISATION_SLIPS = (
+    Slip("take the plain beam's choice A and a line B with s_B <= s_A < 0 and n_B <= n_A: can "
+         "s_B / n_B^alpha exceed s_A / n_A^alpha?", lambda: "a"),
+    Slip("a shorter line B has s_B <= s_A and n_B^alpha <= n_A^alpha: compare s_B / n_B^alpha "
+         "with s_A / n_A^alpha in general, not on examples", lambda: "c"),
+    Slip("dividing by n^alpha changes the ranking: a longer line whose sum is a little lower can "
+         "overtake", lambda: "d"),
+)
+
+
+# 10. max_copy_length ---------------------------------------------------------------------------
+
+
+def _copy_cases() -> list[Case]:
+    def draw(seed: int, alphabet: tuple[int, int], power_of_two: bool) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            a = 2 ** pick(seed, 1, 8) if power_of_two else pick(seed, *alphabet)
+            while power_of_two is False and a & (a - 1) == 0:  # not a power of two
+                a += 1
+            return {"state_floats": pick(seed + 1, 1, 4096), "bits_per_float":
+                    (16, 32, 64)[pick(seed + 2, 0, 2)], "alphabet_size": a}
+        return inputs
+
+    def one_bit() -> dict[str, Any]:
+        return {"state_floats": pick(98, 1, 40), "bits_per_float": 1, "alphabet_size": 2}
+
+    return [
+        Case("an alphabet of a power of two symbols (a whole number of bits each)",
+             draw(95, (2, 2), True)),
+        Case("an alphabet of a size that is not a power of two", draw(96, (3, 1000), False)),
+        Case("a large alphabet", draw(97, (1000, 100_000), False)),
+        Case("one bit per float, two symbols", one_bit),
+        Case("a state smaller than one symbol", lambda: {"state_floats": 1, "bits_per_float": 8,
+                                                          "alphabet_size": 300 + pick(99, 0, 50)}),
+    ]
+
+
+def _copy_bound(state_floats, bits_per_float, alphabet_size, slip=""):
+    """A wrong bound, one per ``slip`` (no setting of it is correct)."""
+    bits = state_floats * bits_per_float
+    if slip == "natural log":
+        return math.floor(bits / math.log(alphabet_size))
+    if slip == "floats as bits":
+        return math.floor(state_floats / math.log2(alphabet_size))
+    if slip == "ceil":
+        return math.ceil(bits / math.log2(alphabet_size))
+    if slip == "strict":  # the longest n with A^n < 2^S
+        n = 0
+        while alphabet_size ** (n + 1) < 2 ** bits:
+            n += 1
+        return n
+    raise ValueError(slip)
+
+
+_COPY_SLIPS = (
+    Slip("a symbol of A equally likely values carries log2 A bits, not ln A",
+         partial(_copy_bound, slip="natural log")),
+    Slip("the state holds state_floats * bits_per_float bits", partial(_copy_bound,
+                                                                       slip="floats as bits")),
+    Slip("round down: a string that needs more bits than the state holds cannot always be "
+         "copied", partial(_copy_bound, slip="ceil")),
+    Slip("a string of exactly S bits still fits: A^n <= 2^S strings, 2^S states",
+         partial(_copy_bound, slip="strict")),
 )
 
 
@@ -543,12 +769,18 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_BPE_ENCODE_SLIPS, forbidden=(bpe.Tokenizer, bpe.train_bpe)),
     Exercise(id="language_models.bits_per_byte_loss", reference=gpt.bits_per_byte_loss,
              cases=_bpb_cases, slips=_BPB_SLIPS, forbidden=(gpt.lm_loss, gpt.bits_per_byte)),
+    Exercise(id="language_models.generation_cost", reference=gpt.generation_cost,
+             cases=_cost_cases, slips=_COST_SLIPS),
+    Exercise(id="language_models.cached_chunk_attention", reference=cached_chunk_attention,
+             cases=_chunk_cases, slips=_CHUNK_SLIPS,
+             forbidden=(gpt.CausalSelfAttention, gpt.KVCache, gpt.Block, gpt.GPT,
+                        attention.scaled_dot_product_attention, attention.causal_mask)),
+    Exercise(id="language_models.length_normalisation", reference=length_normalisation,
+             cases=grading.answer_case, slips=_NORMALISATION_SLIPS, call=grading.choice),
     Exercise(id="language_models.temperature_top_k", reference=temperature_top_k,
              cases=_top_k_cases, slips=_TOP_K_SLIPS, forbidden=_SAMPLING_FORBIDDEN),
-    Exercise(id="language_models.top_p_filter", reference=sampling.top_p_filter,
-             cases=_top_p_cases, slips=_TOP_P_SLIPS),
-    Exercise(id="language_models.kv_attention_step", reference=kv_attention_step,
-             cases=_kv_cases, slips=_KV_SLIPS,
-             forbidden=(gpt.CausalSelfAttention, gpt.KVCache, gpt.Block, gpt.GPT,
-                        attention.scaled_dot_product_attention)),
+    Exercise(id="language_models.top_p_filter", reference=top_p_filter,
+             cases=_top_p_cases, slips=_TOP_P_SLIPS, forbidden=(sampling.top_p_filter,)),
+    Exercise(id="language_models.max_copy_length", reference=copying.max_copy_length,
+             cases=_copy_cases, slips=_COPY_SLIPS),
 ]}
