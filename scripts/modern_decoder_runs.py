@@ -1,0 +1,198 @@
+"""Chapter 7's ladder: chapter 4's GPT block changed into Llama's one piece at a time; ships the runs.
+
+Trains character-level decoders (``course_lib.llama.LlamaForCausalLM``, 2 layers, width 64, 4
+heads, context 128) on the shipped Shakespeare (``course_lib.sweep.char_data``), every rung with
+the same steps, batches, learning-rate schedule and seeds:
+
+  gpt       learned positions, LayerNorm, GELU MLP (width 4d), 4 key/value heads (chapter 4's block)
+  +rope     rotary positions instead of the learned table
+  +rmsnorm  RMSNorm instead of LayerNorm
+  +swiglu   SwiGLU MLP of width 171 (about 2/3 of 4d: the same parameters)
+  +gqa      2 key/value heads for 4 query heads, the MLP widened to 192 to keep the parameters
+
+plus ``sinusoidal`` (the +rope rung with chapter 2's sinusoids instead) for the length
+generalisation of section 1, and two MoE runs (the +gqa rung with 4 SwiGLU experts of width 96,
+top-2, with and without the load-balancing loss) for section 6. Each run records its
+non-embedding parameters, wall time, its validation curve, its validation loss at contexts 128,
+256 and 512 (and, for RoPE, with position interpolation), and (MoE) the experts' usage.
+
+Writes ``course_lib/data/modern_decoder_runs.json.xz`` (provenance in
+``course_lib/data/MODERN_DECODER_RUNS.md``). Run (about 15 minutes on one thread)::
+
+    nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from course_lib import llama, moe  # noqa: E402
+from course_lib.corpus import random_windows  # noqa: E402
+from course_lib.finetune import save_json_xz  # noqa: E402
+from course_lib.sweep import char_data  # noqa: E402
+
+CONTEXT = 128
+BATCH = 16
+STEPS = 600
+LR = 3e-3
+WARMUP = 50
+SEEDS = (0, 1, 2)
+EVAL_CONTEXTS = (128, 256, 512)
+EVAL_TOKENS = 32768  # validation characters per context length
+AUX_COEF = 0.01
+COMMAND = "nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py"
+
+BASE = llama.LlamaConfig(vocab_size=83, hidden_size=64, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=max(EVAL_CONTEXTS), tie_word_embeddings=True,
+                         position="learned", norm="layer", mlp="gelu")
+RUNGS = {
+    "gpt": BASE,
+    "+rope": replace(BASE, position="rope"),
+    "+rmsnorm": replace(BASE, position="rope", norm="rms"),
+    "+swiglu": replace(BASE, position="rope", norm="rms", mlp="swiglu", intermediate_size=171),
+    "+gqa": replace(BASE, position="rope", norm="rms", mlp="swiglu", intermediate_size=192,
+                    num_key_value_heads=2),
+}
+EXTRA = {
+    "sinusoidal": replace(RUNGS["+rope"], position="sinusoidal"),
+    "moe": replace(RUNGS["+gqa"], num_local_experts=4, num_experts_per_tok=2,
+                   intermediate_size=96),
+    "moe-no-balance": replace(RUNGS["+gqa"], num_local_experts=4, num_experts_per_tok=2,
+                              intermediate_size=96),
+}
+
+
+def non_embedding_params(model: llama.LlamaForCausalLM) -> int:
+    """Parameters of the blocks and the final norm (token and position tables excluded)."""
+    return sum(p.numel() for n, p in model.named_parameters()
+               if not n.startswith(("model.embed_tokens", "model.embed_positions", "lm_head")))
+
+
+def lr_at(step: int) -> float:
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    progress = (step - WARMUP) / max(1, STEPS - 1 - WARMUP)
+    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def evaluate(model: llama.LlamaForCausalLM, val: torch.Tensor, context: int,
+             scale: float = 1.0) -> float:
+    """Mean loss (nats per character) over every position of fixed validation windows."""
+    if scale != 1.0:
+        model = _rescaled(model, scale)
+    n = EVAL_TOKENS // context
+    offsets = torch.linspace(0, val.numel() - context - 2, n).long()
+    window = val[offsets[:, None] + torch.arange(context + 1)].long()
+    model.eval()
+    total, count = 0.0, 0
+    for chunk in window.split(max(1, 2048 // context)):
+        logits = model(chunk[:, :-1])
+        total += float(F.cross_entropy(logits.flatten(0, 1).double(), chunk[:, 1:].flatten(),
+                                       reduction="sum"))
+        count += chunk[:, 1:].numel()
+    model.train()
+    return total / count
+
+
+def _rescaled(model: llama.LlamaForCausalLM, scale: float) -> llama.LlamaForCausalLM:
+    other = llama.LlamaForCausalLM(replace(model.config, rope_scale=scale))
+    other.load_state_dict(model.state_dict())
+    return other
+
+
+def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tensor,
+          val: torch.Tensor, steps: int) -> dict:
+    torch.manual_seed(seed)
+    model = llama.LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
+    batches = torch.Generator().manual_seed(1000 + seed)  # the same batches for every rung
+    aux = AUX_COEF if name == "moe" else 0.0
+    curve = []
+    start = time.perf_counter()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        x, y = random_windows(train_ids, CONTEXT, BATCH, generator=batches)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        if config.num_local_experts:
+            loss = loss + aux * sum(moe.load_balancing_loss(r, config.num_experts_per_tok)
+                                    for r in model.router_logits())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % 100 == 0 or step == steps - 1:
+            curve.append([step + 1, evaluate(model, val, CONTEXT)])
+    seconds = time.perf_counter() - start
+    row = {"name": name, "seed": seed, "config": asdict(config), "steps": steps,
+           "seconds": seconds, "non_embedding_params": non_embedding_params(model),
+           "params": llama.num_params(model), "curve": curve,
+           "val_loss": {str(c): evaluate(model, val, c) for c in EVAL_CONTEXTS}}
+    if config.position == "rope":
+        row["val_loss_interpolated"] = {str(c): evaluate(model, val, c, scale=c / CONTEXT)
+                                        for c in EVAL_CONTEXTS[1:]}
+    if config.num_local_experts:
+        model.eval()
+        with torch.no_grad():
+            model(val[: 64 * CONTEXT].long().view(64, CONTEXT))
+        row["expert_usage"] = [
+            moe.expert_counts(r.topk(config.num_experts_per_tok, -1).indices,
+                              config.num_local_experts).tolist() for r in model.router_logits()]
+        row["active_params"] = sum(moe.active_params(layer.mlp) for layer in model.model.layers)
+        row["moe_params"] = sum(llama.num_params(layer.mlp) for layer in model.model.layers)
+    print(f"{name:>15} seed {seed}: {row['non_embedding_params']:,} non-embedding, "
+          f"val {row['val_loss']['128']:.4f}, {seconds:.0f} s", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=STEPS, help="fewer steps (smoke runs)")
+    parser.add_argument("--out", type=Path, default=llama.RUNS_PATH)
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="rerun these runs (names) and replace them in the existing file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    train_ids, val, vocab = char_data()
+    assert vocab == BASE.vocab_size
+    start = time.perf_counter()
+    if args.only:
+        results = llama.load_runs(args.out)
+        configs = {**RUNGS, **EXTRA}
+        redone = {(r["name"], r["seed"]): train(r["name"], configs[r["name"]], r["seed"],
+                                                train_ids, val, args.steps)
+                  for r in results["runs"] if r["name"] in args.only}
+        results["runs"] = [redone.get((r["name"], r["seed"]), r) for r in results["runs"]]
+        results["rerun"] = {"names": args.only, "seconds": time.perf_counter() - start}
+        save_json_xz(results, args.out)
+        print(f"replaced {len(redone)} runs in {args.out}")
+        return results
+    runs = [train(name, cfg, seed, train_ids, val, args.steps)
+            for name, cfg in RUNGS.items() for seed in SEEDS]
+    runs += [train("sinusoidal", EXTRA["sinusoidal"], seed, train_ids, val, args.steps)
+             for seed in SEEDS[:2]]
+    runs += [train(name, EXTRA[name], 0, train_ids, val, args.steps)
+             for name in ("moe", "moe-no-balance")]
+    results = {"command": COMMAND, "torch": torch.__version__, "context": CONTEXT,
+               "batch": BATCH, "lr": LR, "warmup": WARMUP, "seeds": list(SEEDS),
+               "aux_coef": AUX_COEF, "rungs": list(RUNGS), "runs": runs,
+               "total_seconds": time.perf_counter() - start}
+    save_json_xz(results, args.out)
+    print(f"wrote {args.out}; total {results['total_seconds']:.0f} s")
+    return results
+
+
+if __name__ == "__main__":
+    main()
