@@ -11,7 +11,7 @@ instead of 64 so that a question and its answer fit. It is trained by
 ``course_lib/data/base_gpt.pt.xz`` (provenance in ``course_lib/data/BASE_GPT.md``);
 :func:`load_base_model` loads it.
 
-The instruction task (:func:`word_problem`) is in the seed's style, in a format the base model never
+The instruction task (:func:`word_problem`) is a word problem, in a format the base model never
 saw: ``"Q: Paul has 7 apples and Anna has 3 pears. How many pears does Anna have?\nA: 3\n"``.
 """
 
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import corpus, gpt
+from course_lib.checks import check_float_tensor, check_ids
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BASE_MODEL_PATH = DATA_DIR / "base_gpt.pt.xz"
@@ -93,6 +94,16 @@ def base_loss(model: gpt.GPT, windows: tuple[torch.Tensor, torch.Tensor] | None 
 
     The *forgetting* of section 2 is this loss after fine-tuning minus the same before.
     """
+    if windows is not None:
+        if not isinstance(windows, tuple) or len(windows) != 2:
+            raise TypeError(f"windows must be a pair (inputs, targets), got "
+                            f"{type(windows).__name__}")
+        for name, t in (("windows[0] (the inputs)", windows[0]),
+                        ("windows[1] (the targets)", windows[1])):
+            check_ids(name, t, model.config.vocab_size, ndim=2, shape="(N, T)")
+        if windows[0].shape != windows[1].shape:
+            raise ValueError(f"windows must be inputs and targets of one shape, got "
+                             f"{tuple(windows[0].shape)} and {tuple(windows[1].shape)}")
     x_all, y_all = validation_windows() if windows is None else windows
     device = next(model.parameters()).device
     was_training = model.training
@@ -150,7 +161,7 @@ FRUITS = ("apples", "pears", "plums")
 
 
 def word_problem(rng: random.Random) -> tuple[str, str]:
-    """One question and its answer in the seed's style: two people, two counts, one is asked for.
+    """One question and its answer: two people, two counts, one of them asked for.
 
     Answering needs the right number out of the question (the one that goes with the person and
     the fruit asked about), a retrieval that attention does in one step.
@@ -227,6 +238,9 @@ def answer_only_loss(logits: torch.Tensor, targets: torch.Tensor,
         >>> round(answer_only_loss(logits, torch.tensor([[0, 1, 2]]), mask).item(), 4)
         1.3863
     """
+    check_float_tensor("logits", logits, ndim=3, shape="(B, T, V)")
+    check_ids("targets", targets, logits.shape[-1], ignore_index=-100,
+              dtypes=(torch.long, torch.uint8))
     if logits.shape[:-1] != targets.shape or answer_mask.shape != targets.shape:
         raise ValueError(f"logits (B, T, V) = {tuple(logits.shape)}, targets (B, T) = "
                          f"{tuple(targets.shape)} and answer_mask (B, T) = "
@@ -399,9 +413,11 @@ class ForgettingConfig:
 
     Each run is ``(method, rank, lr, mix_windows)``: ``rank`` None is full fine-tuning,
     ``mix_windows`` the windows of pretraining text added to each step (0: none). With the four
-    runs of :func:`compare_methods` (full at 3e-4, LoRA at 3e-3), every method is measured at
-    3e-4 and at 1e-3, the same rates, so the methods compare at matched learning rates as well
-    as along their learned-against-forgotten frontiers; the mixed runs measure the remedy.
+    runs of :func:`compare_methods` (full at 3e-4, LoRA at 3e-3), full fine-tuning and LoRA at
+    ranks 4 and 16 are measured at 3e-4 and at 1e-3, the same rates, so the methods compare at
+    matched learning rates as well as along their learned-against-forgotten lines; the mixed
+    runs measure the remedy. (LoRA at rank 1 has only its tuned rate: the sweep ran on a busy
+    shared machine and was cut to what the chapter's text needs.)
     """
 
     runs: tuple[tuple[str, int | None, float, int], ...] = (
@@ -409,7 +425,6 @@ class ForgettingConfig:
         ("full", None, 1e-4, 0), ("LoRA r=16", 16, 3e-4, 0),
         ("full", None, 3e-4, 8), ("LoRA r=4", 4, 1e-3, 0),  # the remedy: text mixed in
         ("LoRA r=4", 4, 3e-4, 0), ("LoRA r=16", 16, 3e-3, 8),
-        ("LoRA r=1", 1, 1e-3, 0), ("LoRA r=1", 1, 3e-4, 0),
     )
 
 

@@ -72,6 +72,66 @@ def test_full_fine_tuning_learns_most_and_everything_forgets(built_book: Path) -
     assert full_loss < losses[16]
 
 
+def _frontier_runs() -> list[dict]:
+    """Every run of section 2's figure: the comparison's four and the forgetting sweep's."""
+    from course_lib import finetune
+
+    runs = finetune.load_runs()
+    cfg = runs["config"]
+    points = [{"method": n, "lr": cfg["lr_full"] if n == "full" else cfg["lr_lora"],
+               "mix_windows": 0, "accuracy": m["accuracy"], "base_loss": m["base_loss"]}
+              for n, m in runs["methods"].items()]
+    return points + list(finetune.load_forgetting()["runs"])
+
+
+def _interpolated_accuracy(points: list[dict], method: str, base_loss: float) -> float:
+    line = sorted((p["base_loss"], p["accuracy"]) for p in points
+                  if p["method"] == method and not p["mix_windows"])
+    for (x0, y0), (x1, y1) in zip(line, line[1:]):
+        if x0 <= base_loss <= x1:
+            return y0 + (base_loss - x0) / (x1 - x0) * (y1 - y0)
+    raise AssertionError(f"{base_loss} is outside {method}'s line {line}")
+
+
+def test_forgetting_at_matched_rates_and_along_the_trade_off(built_book: Path) -> None:
+    """Section 2, "Forgetting at matched tuning": at 1e-3 full fine-tuning learns more (X against
+    Y) and forgets far more (F, "twice a uniform guess", against L); at 3e-4 LoRA r=16 and r=4
+    learn little and forget little; "LoRA learns less and forgets less" at matched rates. Matched
+    in learning: full at 1e-4 and LoRA r=16 at 1e-3 "about the same accuracy for about the same
+    forgetting"; the ranking "full with text mixed in, full, LoRA r=16, then ranks 4 and 1"; the
+    remedy: a base loss of M (before B), accuracy A. Values from the shipped sweep."""
+    acc = {k: value(f"ch8_fg_{k}_accuracy") for k in
+           ("full_1e3", "lora16_1e3", "full_1e4", "lora16_3e4", "lora4_3e4", "full_mix",
+            "lora16_mix")}
+    base = {k: value(f"ch8_fg_{k}_base_loss") for k in acc}
+    before, uniform = value("ch8_base_loss_before"), math.log(83)
+    assert acc["full_1e3"] > acc["lora16_1e3"] + 0.1  # 0.487 against 0.310
+    from course_lib.exercises.fine_tuning import predict_forgetting  # exercise 5's answer: (a)
+    assert predict_forgetting() == "a" and base["full_1e3"] > base["lora16_1e3"] + 0.1
+    assert base["full_1e3"] > 1.9 * uniform and base["lora16_1e3"] < base["full_1e3"] - 3  # 9.02, 3.00
+    assert acc["lora16_3e4"] < 0.15 and base["lora16_3e4"] < 2.6  # 0.080, 2.36
+    assert acc["lora4_3e4"] < 0.15 and base["lora4_3e4"] < 2.6
+    assert abs(acc["full_1e4"] - acc["lora16_1e3"]) < 0.06  # 0.283 against 0.310
+    assert abs(base["full_1e4"] - base["lora16_1e3"]) < 0.3  # 2.85 against 3.00
+    # full at its tuned rate learns more and forgets less than LoRA r=16 at its own (above)
+    points = _frontier_runs()
+    for p in points:  # ranks 4 and 1 lie below rank 16's line: less learnt for as much forgotten
+        if p["method"] in ("LoRA r=4", "LoRA r=1") and not p["mix_windows"]:
+            line = [q["base_loss"] for q in points if q["method"] == "LoRA r=16"
+                    and not q["mix_windows"]]
+            if min(line) <= p["base_loss"] <= max(line):
+                assert p["accuracy"] < _interpolated_accuracy(points, "LoRA r=16", p["base_loss"])
+    mixed = [p for p in points if p["mix_windows"]]
+    assert all(m["base_loss"] < p["base_loss"] for m in mixed for p in points
+               if not p["mix_windows"])  # the mixed runs forget least ...
+    full_mix = next(p for p in mixed if p["method"] == "full")
+    assert all(full_mix["accuracy"] > p["accuracy"] for p in points if p["method"] != "full")
+    assert base["full_mix"] < before + 0.05  # 1.727 against 1.717: "forgot almost nothing"
+    assert base["lora16_mix"] < before + 0.05  # 1.723: "keeps the base task as well"
+    assert 0.4 < acc["full_mix"] < value("ch8_full_accuracy")  # 0.513 against 0.667
+    assert acc["lora16_mix"] < value("ch8_lora16_accuracy")  # 0.347 against 0.373
+
+
 def test_the_live_lora_rerun_goes_the_same_way(built_book: Path) -> None:
     """Section 2: "After N steps the rerun answers X% of the test questions, with a base-task
     loss of Y: the same direction as the longer run, earlier on the way"."""
@@ -100,6 +160,22 @@ def test_dpo_raises_the_preferred_property_at_a_measured_kl(built_book: Path) ->
     assert 0.3 < value("ch8_dpo_kl") < 10  # 2.9
     assert abs(value("ch8_dpo_kl_reference")) < 1e-6
     assert value("ch8_dpo_final_loss") < math.log(2) / 2  # 0.045
+
+
+def test_dpo_against_the_frontier_and_its_implicit_reward_on_held_out_pairs(
+        built_book: Path) -> None:
+    """Section 4: "no policy reaches a share of Y with less than B nats per completion. DPO got
+    there with K nats, R times that least KL"; "the gap is not [noise]"; held-out pairs: "ranks
+    ... in A of the pairs (T on its training pairs)"."""
+    before, after = value("ch8_dpo_rate_before"), value("ch8_dpo_rate_after")
+    bound = value("ch8_frontier_kl_at_dpo")
+    expected = after * math.log(after / before) + (1 - after) * math.log((1 - after) / (1 - before))
+    assert bound == pytest.approx(expected, rel=1e-9)
+    assert value("ch8_dpo_kl_over_bound") == pytest.approx(value("ch8_dpo_kl") / bound)
+    assert value("ch8_dpo_kl_over_bound") > 2.5
+    assert value("ch8_heldout_pairs") > 20
+    assert value("ch8_heldout_accuracy") > 0.6
+    assert value("ch8_train_pair_accuracy") > 0.6
 
 
 def test_chain_of_thought_helps_within_the_training_range_only(built_book: Path) -> None:

@@ -145,3 +145,28 @@ def test_the_scripts_run_and_write_files_the_loaders_read(tmp_path, capsys) -> N
     results = _script("finetune_runs").main(["--steps", "2", "--out", str(runs_out)])
     assert finetune.load_runs(runs_out)["methods"].keys() == results["methods"].keys()
     assert "command:" in capsys.readouterr().out
+
+
+def test_the_shipped_forgetting_sweep_is_the_scripts_configuration() -> None:
+    """fine_tuning_forgetting.json.xz: FORGETTING_CONFIG's runs, in order, on FINETUNE_CONFIG."""
+    sweep = finetune.load_forgetting()
+    assert sweep["config"] == json.loads(json.dumps(asdict(finetune.FORGETTING_CONFIG)))
+    assert sweep["finetune_config"] == json.loads(json.dumps(asdict(finetune.FINETUNE_CONFIG)))
+    runs = sweep["runs"]
+    assert [r["index"] for r in runs] == list(range(len(finetune.FORGETTING_CONFIG.runs)))
+    for r, (method, rank, lr, mix) in zip(runs, finetune.FORGETTING_CONFIG.runs):
+        assert (r["method"], r["rank"], r["lr"], r["mix_windows"]) == (method, rank, lr, mix)
+        assert 0.0 <= r["accuracy"] <= 1.0 and r["base_loss"] > 1.0
+
+
+def test_mixing_text_in_keeps_the_question_batches_and_adds_the_text_loss() -> None:
+    """Two steps with and without the pretraining text mixed in: the first answer-only loss is
+    the same (same questions, same start), and the mixed run reports the answer-only part."""
+    from dataclasses import replace
+
+    model, vocab = finetune.load_base_model()
+    config = replace(finetune.FINETUNE_CONFIG, steps=2, n_test=4)
+    _, plain = finetune.finetune_method(model, vocab, config, rank=4)
+    _, mixed = finetune.finetune_method(model, vocab, config, rank=4, mix_windows=2)
+    assert len(mixed["train_loss"]) == 2
+    assert mixed["train_loss"][0] == pytest.approx(plain["train_loss"][0], abs=1e-6)
