@@ -27,9 +27,11 @@ import torch
 from torch import nn
 
 from course_lib.attention import masked_softmax
+from course_lib.checks import check_float_tensor
 
 
 def _check_batched(name: str, x: torch.Tensor) -> None:
+    check_float_tensor(name, x)
     if x.dim() != 3:
         raise ValueError(f"{name} must be (batch, length, features), got shape {tuple(x.shape)}")
 
@@ -56,6 +58,9 @@ def nadaraya_watson(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         >>> pred, w  # the query is as close to both keys: the average of the values
         (tensor([3.]), tensor([[0.5000, 0.5000]]))
     """
+    check_float_tensor("queries", queries)
+    check_float_tensor("keys", keys)
+    check_float_tensor("values", values, min_ndim=1, shape="(n,) or (n, d)")
     if queries.dim() != 1 or keys.dim() != 1:
         raise ValueError(f"queries and keys must be 1-D, got {tuple(queries.shape)} and "
                          f"{tuple(keys.shape)}")
@@ -93,6 +98,9 @@ def additive_score(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor, W
     """
     _check_batched("query", query)
     _check_batched("keys", keys)
+    check_float_tensor("W_q", W_q, ndim=2, shape="(d_a, d_q)")
+    check_float_tensor("W_k", W_k, ndim=2, shape="(d_a, d_k)")
+    check_float_tensor("v", v, ndim=1, shape="(d_a,)")
     if W_q.shape[1] != query.shape[-1] or W_k.shape[1] != keys.shape[-1]:
         raise ValueError(f"W_q {tuple(W_q.shape)} must be (d_a, d_q={query.shape[-1]}) and W_k "
                          f"{tuple(W_k.shape)} must be (d_a, d_k={keys.shape[-1]})")
@@ -130,6 +138,7 @@ def general_score(query: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) -> t
     """
     _check_batched("query", query)
     _check_batched("keys", keys)
+    check_float_tensor("W", W, ndim=2, shape="(d_q, d_k)")
     if W.shape != (query.shape[-1], keys.shape[-1]):
         raise ValueError(f"W must be (d_q, d_k) = ({query.shape[-1]}, {keys.shape[-1]}), got "
                          f"{tuple(W.shape)}")

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from course_lib.attention import scaled_dot_product_attention
+from course_lib.checks import check_float_tensor
 from course_lib.multihead import merge_heads, split_heads
 
 Kind = Literal["gru", "lstm", "attention"]
@@ -124,6 +125,10 @@ class SelfAttentionLayer(nn.Module):
         self.out = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float_tensor("x", x, ndim=3, shape=f"(batch, n, d={self.qkv.in_features})")
+        if x.shape[-1] != self.qkv.in_features:
+            raise ValueError(f"x must have shape (batch, n, d={self.qkv.in_features}), got "
+                             f"{tuple(x.shape)}")
         q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).chunk(3, dim=-1))
         y = scaled_dot_product_attention(q, k, v, impl="reference")  # (B, h, n, d_head)
         return self.out(merge_heads(y))                               # (B, n, d)

@@ -92,6 +92,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.checks import check_tensor
 from course_lib.gpt import Block, GPTConfig
 from course_lib.training import TrainConfig, train
 from course_lib.utils import quick_mode
@@ -225,6 +226,7 @@ class WindowEmbedding(nn.Module):
             nn.init.normal_(table.weight, mean=0.0, std=0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _check_ids(ids, self.tables[0].num_embeddings)
         T = ids.shape[1]
         padded = F.pad(ids, (self.window - 1, 0), value=self.pad_id)  # (B, w-1+T)
         out = self.tables[0](ids)  # (B, T, d)
@@ -234,12 +236,12 @@ class WindowEmbedding(nn.Module):
         return out
 
 
-def _check_ids(ids: torch.Tensor, vocab_size: int) -> None:
+def _check_ids(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> None:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
         shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"ids must be a (batch, length) long tensor, got {shape}")
+        raise ValueError(f"{name} must be a (batch, length) long tensor, got {shape}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got "
+        raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got "
                          f"[{int(ids.min())}, {int(ids.max())}]")
 
 
@@ -463,9 +465,9 @@ def greedy_copy(model: nn.Module, task: CopyTask, strings: torch.Tensor) -> torc
     Returns:
         ``(B, n)`` the tokens the model writes after ``BOS s SEP`` (any of the ``V`` ids).
     """
-    if strings.dim() != 2 or strings.shape[1] < 1:
+    if check_tensor("strings", strings).dim() != 2 or strings.shape[1] < 1:
         raise ValueError(f"strings must be (batch, n) with n >= 1, got {tuple(strings.shape)}")
-    _check_ids(strings, task.alphabet_size)
+    _check_ids(strings, task.alphabet_size, "strings")
     B, n = strings.shape
     device = next(model.parameters()).device
     strings = strings.to(device)

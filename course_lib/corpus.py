@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from course_lib.checks import check_ids
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SPLITS: tuple[str, ...] = ("train", "val")
 
@@ -116,7 +118,7 @@ def random_windows(ids: torch.Tensor, block_size: int, batch_size: int,
         >>> x.shape, bool((y == x + 1).all())
         (torch.Size([2, 4]), True)
     """
-    if ids.dim() != 1:
+    if check_ids("ids", ids).dim() != 1:
         raise ValueError(f"ids must be 1-D (the whole text as one sequence), got shape "
                          f"{tuple(ids.shape)}")
     if block_size < 1 or batch_size < 1:

@@ -28,6 +28,8 @@ from typing import Any, Union
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from course_lib.checks import check_float_tensor, check_same_dtype, check_tensor
+
 Alpha = Union[float, torch.Tensor]
 
 
@@ -154,16 +156,18 @@ class EntmaxBisectFunction(torch.autograd.Function):
 
 
 def _check_scores(z: torch.Tensor, dim: int) -> int:
+    check_tensor("z", z)
     if not z.is_floating_point():
-        raise TypeError(f"scores must be floating point, got {z.dtype}")
+        raise TypeError(f"z: scores must be floating point, got {z.dtype}")
     if z.dim() == 0:
-        raise ValueError("scores must have at least one dimension")
+        raise ValueError("z: scores must have at least one dimension")
     if not -z.dim() <= dim < z.dim():
-        raise ValueError(f"dim={dim} is out of range for scores of shape {tuple(z.shape)}")
+        raise ValueError(f"z: dim={dim} is out of range for scores of shape {tuple(z.shape)}")
     if z.shape[dim] == 0:
-        raise ValueError(f"dimension {dim} of the scores {tuple(z.shape)} is empty")
+        raise ValueError(f"z: dimension {dim} of the scores {tuple(z.shape)} is empty")
     if not bool(torch.isfinite(z).all()):
-        raise ValueError("scores must be finite; to mask positions use entmax_attention's mask")
+        raise ValueError("z: scores must be finite; to mask positions use entmax_attention's "
+                         "mask")
     return dim % z.dim()
 
 
@@ -277,6 +281,11 @@ def entmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: A
         >>> w  # score gap 4 > 1: sparsemax puts all the weight on the first key
         tensor([[[1., 0.]]])
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float_tensor(name, t, min_ndim=2, shape="(..., T, d)")
+    check_same_dtype(q=q, k=k, v=v)
+    if not bool((torch.as_tensor(alpha) > 1).all()):  # before alpha enters the masked scores
+        raise ValueError(f"alpha must be greater than 1 (alpha -> 1 is softmax), got {alpha}")
     if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v) do not fit: "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

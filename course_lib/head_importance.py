@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from course_lib.checks import check_bool_tensor, check_finite_tensor, check_int, check_tensor
 from course_lib.gpt import CausalSelfAttention
 from course_lib.multihead import MultiHeadAttention
 
@@ -86,6 +87,8 @@ def head_gates(model: nn.Module, gates: torch.Tensor | None = None,
         raise ValueError(f"head_gates needs the same number of heads in every layer, got "
                          f"{[h for _, _, h in layers]}")
     param = next(model.parameters())
+    if gates is not None:
+        check_tensor("gates", gates)
     if gates is None:
         gates = torch.ones(len(layers), n_heads, dtype=param.dtype, device=param.device,
                            requires_grad=True)
@@ -112,8 +115,7 @@ def head_mask(model: nn.Module, keep: torch.Tensor) -> Iterator[None]:
         >>> torch.allclose(out, mha.out_proj.bias.expand(1, 3, 8))  # only the bias is left
         True
     """
-    if keep.dtype != torch.bool:
-        raise TypeError(f"keep must be a boolean (layers, heads) tensor, got {keep.dtype}")
+    check_bool_tensor("keep", keep, ndim=2, shape="(layers, heads)")
     param = next(model.parameters())
     with head_gates(model, keep.to(device=param.device, dtype=param.dtype)):
         yield
@@ -160,6 +162,11 @@ def head_importance(model: nn.Module, batches: Iterable[object],
     return scores
 
 
+def _check_importance(importance: torch.Tensor) -> torch.Tensor:
+    check_tensor("importance", importance, ndim=2, shape="(layers, heads)")
+    return check_finite_tensor("importance", importance)  # NaN would sort anywhere
+
+
 def prune_order(importance: torch.Tensor) -> list[tuple[int, int]]:
     """Heads ``(layer, head)`` from least to most important (ties: lower layer, head first).
 
@@ -167,7 +174,7 @@ def prune_order(importance: torch.Tensor) -> list[tuple[int, int]]:
         >>> prune_order(torch.tensor([[0.5, 0.1], [0.9, 0.3]]))
         [(0, 1), (1, 1), (0, 0), (1, 0)]
     """
-    H = importance.shape[1]
+    H = _check_importance(importance).shape[1]
     order = torch.sort(importance.flatten(), stable=True).indices.tolist()
     return [(i // H, i % H) for i in order]
 
@@ -179,8 +186,8 @@ def keep_mask(importance: torch.Tensor, n_keep: int) -> torch.Tensor:
         >>> keep_mask(torch.tensor([[0.5, 0.1], [0.9, 0.3]]), 2).tolist()
         [[True, False], [True, False]]
     """
-    L, H = importance.shape
-    if not 0 <= n_keep <= L * H:
+    L, H = _check_importance(importance).shape
+    if not 0 <= check_int("n_keep", n_keep) <= L * H:
         raise ValueError(f"n_keep must be between 0 and {L * H} heads, got {n_keep}")
     keep = torch.ones(L, H, dtype=torch.bool, device=importance.device)
     for layer, head in prune_order(importance)[:L * H - n_keep]:
@@ -208,7 +215,11 @@ def pruning_curve(model: nn.Module, importance: torch.Tensor,
         >>> [n for n, _ in curve]
         [2, 1, 0]
     """
-    L, H = importance.shape
+    L, H = _check_importance(importance).shape
+    layers = attention_layers(model)
+    if layers and (L, H) != (len(layers), layers[0][2]):
+        raise ValueError(f"importance must be (layers, heads) = ({len(layers)}, {layers[0][2]}) "
+                         f"for this model, got {(L, H)}")
     counts = list(range(L * H, -1, -1)) if n_keep is None else list(n_keep)
     curve = []
     for n in counts:

@@ -68,6 +68,12 @@ def exp_feature_map(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(x)
 
 
+def _check_features(x: torch.Tensor, w: torch.Tensor) -> None:
+    check_float_tensor("x", x, min_ndim=1, shape="(..., d)")
+    check_float_tensor("w", w, ndim=2, shape="(m, d)")
+    check_same_dtype(x=x, w=w)
+
+
 def positive_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     r"""Performer's positive random features of the softmax kernel (Choromanski et al., 2021).
 
@@ -91,6 +97,7 @@ def positive_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         >>> positive_random_features(torch.tensor([[3.0, 4.0]]), torch.zeros(4, 2))  # e^{-12.5} / 2
         tensor([[1.8633e-06, 1.8633e-06, 1.8633e-06, 1.8633e-06]])
     """
+    _check_features(x, w)
     if x.shape[-1] != w.shape[-1] or w.dim() != 2:
         raise ValueError(f"w must be (m, d) with d the last size of x; got x {tuple(x.shape)} "
                          f"and w {tuple(w.shape)}")
@@ -121,6 +128,7 @@ def trigonometric_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Ten
         >>> trigonometric_random_features(torch.zeros(1, 2), torch.ones(3, 2))  # sin 0, cos 0
         tensor([[0.0000, 0.0000, 0.0000, 0.5774, 0.5774, 0.5774]])
     """
+    _check_features(x, w)
     if x.shape[-1] != w.shape[-1] or w.dim() != 2:
         raise ValueError(f"w must be (m, d) with d the last size of x; got x {tuple(x.shape)} "
                          f"and w {tuple(w.shape)}")

@@ -25,7 +25,14 @@ import math
 import torch
 from torch import nn
 
+from course_lib.checks import check_float_tensor, check_int, check_same_dtype
 from course_lib.multihead import merge_heads, split_heads
+
+
+def _check_qkv(**tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        check_float_tensor(name, t, min_ndim=2, shape="(..., length, features)")
+    check_same_dtype(**tensors)
 
 
 def random_projection(k: int, n: int, *, generator: torch.Generator | None = None,
@@ -65,6 +72,7 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e: to
         >>> torch.allclose(linformer_attention(q, k, v, eye, eye), ref)
         True
     """
+    _check_qkv(q=q, k=k, v=v, e=e, f=f)
     n = k.shape[-2]
     if e.dim() != 2 or f.dim() != 2 or e.shape[1] != n or f.shape[1] != n:
         raise ValueError(f"e and f must be (k_proj, n) with n = {n} keys (k {tuple(k.shape)}); "
@@ -105,6 +113,7 @@ def approximation_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: l
     """
     if method not in ("linformer", "jl"):
         raise ValueError(f"method must be 'linformer' or 'jl', got {method!r}")
+    _check_qkv(q=q, k=k, v=v)
     p = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), dim=-1)
     exact = p @ v                                                    # (..., n_q, d_v)
     g = torch.Generator().manual_seed(seed)
@@ -121,7 +130,7 @@ def approximation_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: l
 
 def singular_values(weights: torch.Tensor) -> torch.Tensor:
     """Singular values of attention matrices ``(..., n, n)`` -> ``(..., n)``, largest first."""
-    if weights.dim() < 2:
+    if check_float_tensor("weights", weights).dim() < 2:
         raise ValueError(f"weights must be (..., n_q, n_k), got {tuple(weights.shape)}")
     return torch.linalg.svdvals(weights)
 
@@ -172,7 +181,7 @@ def low_rank_error(weights: torch.Tensor, rank: int) -> torch.Tensor:
         >>> low_rank_error(torch.diag(torch.tensor([3.0, 1.0])), 1)
         tensor(0.3162)
     """
-    if rank < 0:
+    if check_int("rank", rank) < 0:
         raise ValueError(f"rank must be non-negative, got {rank}")
     s2 = singular_values(weights) ** 2
     rest = s2[..., rank:].sum(dim=-1)
@@ -214,7 +223,7 @@ class LinformerSelfAttention(nn.Module):
         self.f = nn.Parameter(torch.randn(k, seq_len) / math.sqrt(k))  # (k, n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[1] != self.seq_len:
+        if check_float_tensor("x", x).dim() != 3 or x.shape[1] != self.seq_len:
             raise ValueError(f"x must be (batch, seq_len={self.seq_len}, d_model), got "
                              f"{tuple(x.shape)}")
         q = split_heads(self.q_proj(x), self.n_heads)                # (B, h, n, d_head)

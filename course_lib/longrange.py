@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.checks import check_float_tensor, check_tensor
 from course_lib.multihead import MultiHeadAttention
 
 
@@ -324,6 +325,9 @@ def accuracy_by_distance(model: _RecallModel, batch: RecallBatch,
         >>> centres.tolist(), int(counts.sum())
         ([2.5, 6.0], 10)
     """
+    check_tensor("bins", bins, ndim=1, shape="(n + 1,)")
+    if bins.numel() < 2 or not bool((bins[1:] > bins[:-1]).all()):
+        raise ValueError(f"bins must be at least two increasing edges, got {bins.tolist()}")
     device = next(model.parameters()).device
     model.eval()
     correct = (model(batch.keys.to(device), batch.values.to(device)).argmax(-1).cpu()
@@ -381,5 +385,6 @@ class CausalConvLayer(nn.Module):
         self.conv = nn.Conv1d(d, d, kernel_size, dilation=dilation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float_tensor("x", x, ndim=3, shape="(B, T, d)")
         h = self.conv(F.pad(x.transpose(1, 2), (self.pad, 0)))  # (B, d, T)
         return torch.tanh(h).transpose(1, 2)  # (B, T, d)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from course_lib.attention import Impl, scaled_dot_product_attention
+from course_lib.checks import check_float_tensor, check_tensor
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -35,8 +36,9 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
         <BLANKLINE>
                  [[2., 3.]]]])
     """
-    if x.dim() != 3:
-        raise ValueError(f"split_heads expects (batch, length, features), got {tuple(x.shape)}")
+    if check_tensor("x", x).dim() != 3:
+        raise ValueError(f"split_heads expects (batch, length, features), got x of shape "
+                         f"{tuple(x.shape)}")
     B, T, d = x.shape
     if n_heads <= 0 or d % n_heads != 0:
         raise ValueError(f"the feature size {d} is not divisible by n_heads={n_heads}")
@@ -57,8 +59,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         >>> torch.equal(split_heads(merge_heads(x), 3), x)
         True
     """
-    if x.dim() != 4:
-        raise ValueError(f"merge_heads expects (batch, heads, length, d_head), got "
+    if check_tensor("x", x).dim() != 4:
+        raise ValueError(f"merge_heads expects (batch, heads, length, d_head), got x of shape "
                          f"{tuple(x.shape)}")
     B, h, T, d_head = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_head)  # (B, T, d)
@@ -99,6 +101,10 @@ def multi_head_attention(
         >>> out.shape, w.shape
         (torch.Size([1, 3, 4]), torch.Size([1, 2, 3, 5]))
     """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_float_tensor(name, t, ndim=3, shape="(batch, length, features)")
+    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        check_float_tensor(name, t, ndim=2, shape="(out, in)")
     d = w_q.shape[0]
     for name, w, t in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
         if w.dim() != 2 or w.shape != (d, t.shape[-1]):
@@ -172,6 +178,7 @@ class MultiHeadAttention(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value``; see the class docstring for shapes."""
         for name, t in (("query", query), ("key", key), ("value", value)):
+            check_float_tensor(name, t)
             if t.dim() != 3 or t.shape[-1] != self.d_model:
                 raise ValueError(f"{name} must have shape (batch, length, d_model={self.d_model}), "
                                  f"got {tuple(t.shape)}")

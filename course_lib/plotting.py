@@ -34,6 +34,7 @@ from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from course_lib.checks import check_tensor
 from course_lib.training import History
 
 #: Okabe-Ito colours, in the order series use them (black and yellow last: black is kept for
@@ -220,6 +221,18 @@ def plot_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, x_query
         truth: ``(m,)`` the noiseless function, drawn dashed.
         ax: draw here instead of a new figure.
     """
+    check_tensor("x_train", x_train, ndim=1, shape="(n,)")
+    check_tensor("y_train", y_train, ndim=1, shape="(n,)")
+    if x_train.shape != y_train.shape:
+        raise ValueError(f"x_train and y_train must be the n samples' keys and values, got "
+                         f"shapes {tuple(x_train.shape)} and {tuple(y_train.shape)}")
+    check_tensor("x_query", x_query, ndim=1, shape="(m,)")
+    curves = {f"predictions[{label!r}]": pred for label, pred in predictions.items()}
+    curves.update({} if truth is None else {"truth": truth})
+    for name, curve in curves.items():
+        if check_tensor(name, curve).shape != x_query.shape:
+            raise ValueError(f"{name} must have the shape of x_query {tuple(x_query.shape)}, got "
+                             f"{tuple(curve.shape)}")
     fig, ax = _new_axes(ax, (6.0, 3.5))
     ax.scatter(x_train.cpu(), y_train.cpu(), s=12, color="grey", alpha=0.6,
                label="samples (keys, values)")

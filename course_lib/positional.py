@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from course_lib.checks import check_float_tensor
+
 
 def _check_even(d_model: int) -> None:
     if d_model <= 0 or d_model % 2 != 0:
@@ -175,7 +177,9 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def _check_input(x: torch.Tensor, d_model: int, max_len: int) -> None:
+    check_float_tensor("x", x)
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"expected (batch, length, d_model={d_model}), got {tuple(x.shape)}")
+        raise ValueError(f"x must have shape (batch, length, d_model={d_model}), got "
+                         f"{tuple(x.shape)}")
     if x.shape[1] > max_len:
         raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={max_len}")

@@ -44,8 +44,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from course_lib.checks import (check_finite, check_finite_tensor, check_float_tensor,
-                               check_positive, check_positive_tensor)
+from course_lib.checks import (check_finite, check_finite_tensor, check_float_tensor, check_ids,
+                               check_positive, check_positive_tensor, check_tensor)
 ArrayLike = Sequence[float] | np.ndarray | torch.Tensor
 
 # --------------------------------------------------------------------------------------------
@@ -296,6 +296,13 @@ def bootstrap_interval(x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor,
         >>> bootstrap_interval(x, y, idx, level=0.5)  # slopes -0.5, -1, 0, (none), -0.5
         (-0.625, -0.375)
     """
+    for name, t in (("x", x), ("y", y)):
+        check_positive_tensor(name, check_tensor(name, t, ndim=1, shape="(n,)"))
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must hold the same n points, got {x.numel()} and {y.numel()}")
+    check_ids("indices", indices, x.numel(), ndim=2, shape="(n_boot, n)")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
     u, v = x.double().log()[indices], y.double().log()[indices]  # (n_boot, n)
     keep = ~(u == u[:, :1]).all(1)  # resamples with at least two distinct x
     u, v = u[keep], v[keep]

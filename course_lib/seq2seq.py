@@ -42,6 +42,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_lib.attention import masked_softmax
+from course_lib.checks import check_bool_tensor, check_float_tensor, check_ids
 from course_lib.data import Batch, Pair, Vocab, collate, group_by_length
 from course_lib.decoding import StepFn, greedy_decode
 
@@ -84,6 +85,8 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = 0) 
         >>> sequence_loss(torch.zeros(1, 2, 4), torch.tensor([[3, 0]]))  # uniform over 4: log 4
         tensor(1.3863)
     """
+    check_float_tensor("logits", logits, ndim=3, shape="(B, T, V)")
+    check_ids("targets", targets, logits.shape[-1], dtypes=(torch.long, torch.uint8))
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(f"logits must be (B, T, V) and targets (B, T); got {tuple(logits.shape)} "
                          f"and {tuple(targets.shape)}")
@@ -112,6 +115,11 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor,
                 src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_ids("src", src, self.embedding.num_embeddings, ndim=2, shape="(B, S)")
+        check_bool_tensor("src_mask", src_mask, shape="(B, S)")
+        if src_mask.shape != src.shape:
+            raise ValueError(f"src_mask must have the shape of src {tuple(src.shape)}, got "
+                             f"{tuple(src_mask.shape)}")
         lengths = src_mask.sum(dim=1)
         if bool((lengths == 0).any()):
             raise ValueError("every source needs at least one real token (a row of src_mask is "
@@ -162,6 +170,7 @@ class Seq2Seq(nn.Module):
 
     def decode(self, c: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``(B, T, V)`` of every position, given ``c`` ``(B, H)``."""
+        check_ids("tgt_in", tgt_in, self.embedding.num_embeddings, ndim=2, shape="(B, T)")
         emb = self.embedding(tgt_in)  # (B, T, E)
         ctx = c[:, None, :].expand(-1, tgt_in.shape[1], -1)  # (B, T, H): the same c every step
         states, _ = self.rnn(torch.cat([emb, ctx], dim=-1), c[None].contiguous())  # (B, T, H)
@@ -215,6 +224,13 @@ def attention_decoder_step(
     Returns:
         ``(logits (B, V), new state (B, H), attention weights (B, S))``.
     """
+    check_ids("y_prev", y_prev, embedding.num_embeddings, ndim=1, shape="(B,)")
+    check_float_tensor("state", state, ndim=2, shape="(B, H)")
+    check_float_tensor("memory", memory, ndim=3, shape="(B, S, H_enc)")
+    check_float_tensor("keys", keys, ndim=3, shape="(B, S, d_a)")
+    check_bool_tensor("memory_mask", memory_mask, ndim=2, shape="(B, S)")
+    check_float_tensor("W_q", W_q, ndim=2, shape="(d_a, H)")
+    check_float_tensor("v", v, ndim=1, shape="(d_a,)")
     q = state @ W_q.T  # (B, d_a)
     scores = torch.tanh(q[:, None, :] + keys) @ v  # (B, S)
     weights = masked_softmax(scores, memory_mask)  # (B, S)
@@ -258,6 +274,7 @@ class AttentionSeq2Seq(nn.Module):
     def decode(self, encoded: tuple[torch.Tensor, ...], tgt_in: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced ``(logits (B, T, V), weights (B, T, S))`` from :meth:`encode`."""
+        check_ids("tgt_in", tgt_in, self.embedding.num_embeddings, ndim=2, shape="(B, T)")
         memory, keys, mask, state = encoded
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):

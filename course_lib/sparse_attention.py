@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 import torch
 
 from course_lib.attention import masked_softmax
-from course_lib.checks import check_float_tensor, check_ids, check_int_tensor, check_same_dtype
+from course_lib.checks import (check_bool_tensor, check_float_tensor, check_ids, check_int_tensor,
+                               check_same_dtype)
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query pos, key pos) -> allowed
 
@@ -210,6 +211,9 @@ def layers_to_connect(mask: torch.Tensor, max_layers: int | None = None) -> int 
         >>> layers_to_connect(dense_mask(dilated_window(1, 2), 6)) is None  # odd distance 5
         True
     """
+    check_bool_tensor("mask", mask, ndim=2, shape="(n, n)")
+    if mask.shape[0] != mask.shape[1]:
+        raise ValueError(f"mask must be square (n, n), got shape {tuple(mask.shape)}")
     n = mask.shape[0]
     limit = n if max_layers is None else max_layers
     if n == 1:

@@ -40,6 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from course_lib import counting
+from course_lib.checks import check_ids
 from course_lib.corpus import char_vocabulary, load_shakespeare
 from course_lib.gpt import GPT, GPTConfig
 
@@ -197,6 +198,11 @@ def evaluate(model: torch.nn.Module, val: torch.Tensor, n_windows: int = EVAL_WI
 
     Under ``torch.distributed`` each rank evaluates its share and the sums are all-reduced.
     """
+    vocab = model.config.vocab_size if isinstance(model, GPT) else None
+    check_ids("val", val, vocab, ndim=1, shape="(N,)")
+    if val.numel() < BLOCK_SIZE + 2:
+        raise ValueError(f"val must hold at least BLOCK_SIZE + 2 = {BLOCK_SIZE + 2} ids, got "
+                         f"{val.numel()}")
     rank, world = _world()
     offsets = torch.linspace(0, val.numel() - BLOCK_SIZE - 2, n_windows).long()
     index = offsets[rank::world, None] + torch.arange(BLOCK_SIZE + 1)

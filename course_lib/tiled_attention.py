@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from course_lib.checks import check_float_tensor, check_int, check_same_dtype, check_tensor
+
 
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, scores: torch.Tensor,
                           ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +57,9 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, scores: torch.Tensor
         >>> torch.allclose(torch.exp(s - m) / l, torch.softmax(s, 0))
         True
     """
+    for name, t in (("m", m), ("l", l), ("scores", scores)):
+        check_float_tensor(name, t)
+    check_same_dtype(m=m, l=l, scores=scores)
     if m.shape != l.shape or scores.shape[:-1] != m.shape:
         raise ValueError(f"m {tuple(m.shape)} and l {tuple(l.shape)} must be the shape of scores "
                          f"{tuple(scores.shape)} without its last dimension")
@@ -75,7 +80,10 @@ def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
         >>> torch.allclose(online_softmax(s, block_size=4), torch.softmax(s, -1))
         True
     """
-    if block_size <= 0:
+    check_float_tensor("scores", scores, min_ndim=1, shape="(..., n)")
+    if scores.shape[-1] == 0:
+        raise ValueError(f"scores has an empty last dimension: shape {tuple(scores.shape)}")
+    if check_int("block_size", block_size) <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     m = torch.full(scores.shape[:-1], float("-inf"), dtype=scores.dtype, device=scores.device)
     l = torch.zeros_like(m)
@@ -113,6 +121,7 @@ def tiled_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     Rows with no allowed key get output 0 and log-sum-exp ``-inf``. No gradient bookkeeping: use
     :func:`tiled_attention` for a differentiable call.
     """
+    _check_inputs(q, k, v, causal, mask, block_q, block_k)
     T_q, T_k = q.shape[-2], k.shape[-2]
     offset = T_k - T_q  # causal queries are the last T_q positions (course_lib.causal_mask)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
@@ -208,38 +217,10 @@ def _unbroadcast(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return grad
 
 
-def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                    mask: torch.Tensor | None = None, scale: float | None = None,
-                    block_q: int = 128, block_k: int = 128) -> torch.Tensor:
-    r"""Exact softmax attention computed tile by tile, in ``O(T (d + d_v))`` extra memory.
-
-    .. math:: O = \mathrm{softmax}\!\left(s\, Q K^\top\right) V, \qquad
-              s = 1/\sqrt{d} \text{ by default}
-
-    Equal to ``torch.nn.functional.scaled_dot_product_attention`` in values and gradients.
-    With ``causal``, the queries are the last ``T_q`` positions of the ``T_k`` keys (query ``i``
-    sees keys ``j <= i + T_k - T_q``, as :func:`course_lib.attention.causal_mask`); tiles
-    entirely above the diagonal are skipped.
-
-    Args:
-        q: ``(..., T_q, d)``, e.g. ``(B, H, T, d)``.
-        k: ``(..., T_k, d)``.
-        v: ``(..., T_k, d_v)``.
-        causal: apply the causal mask (needs ``T_q <= T_k``).
-        mask: boolean, broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
-        scale: multiplies the scores (default ``1 / sqrt(d)``).
-        block_q, block_k: tile sizes.
-
-    Returns:
-        ``(..., T_q, d_v)``; rows with no allowed key are zero.
-
-    Example:
-        >>> q, k, v = torch.randn(3, 1, 2, 50, 8, dtype=torch.float64).unbind(0)
-        >>> out = tiled_attention(q, k, v, causal=True, block_q=16, block_k=16)
-        >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        >>> torch.allclose(out, ref, atol=1e-12)
-        True
-    """
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  mask: torch.Tensor | None, block_q: int, block_k: int) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"q, k, v need (..., length, features); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -274,6 +255,41 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         if not fits:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
                              f"{tuple(scores)} (..., T_q, T_k)")
+
+
+def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                    mask: torch.Tensor | None = None, scale: float | None = None,
+                    block_q: int = 128, block_k: int = 128) -> torch.Tensor:
+    r"""Exact softmax attention computed tile by tile, in ``O(T (d + d_v))`` extra memory.
+
+    .. math:: O = \mathrm{softmax}\!\left(s\, Q K^\top\right) V, \qquad
+              s = 1/\sqrt{d} \text{ by default}
+
+    Equal to ``torch.nn.functional.scaled_dot_product_attention`` in values and gradients.
+    With ``causal``, the queries are the last ``T_q`` positions of the ``T_k`` keys (query ``i``
+    sees keys ``j <= i + T_k - T_q``, as :func:`course_lib.attention.causal_mask`); tiles
+    entirely above the diagonal are skipped.
+
+    Args:
+        q: ``(..., T_q, d)``, e.g. ``(B, H, T, d)``.
+        k: ``(..., T_k, d)``.
+        v: ``(..., T_k, d_v)``.
+        causal: apply the causal mask (needs ``T_q <= T_k``).
+        mask: boolean, broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
+        scale: multiplies the scores (default ``1 / sqrt(d)``).
+        block_q, block_k: tile sizes.
+
+    Returns:
+        ``(..., T_q, d_v)``; rows with no allowed key are zero.
+
+    Example:
+        >>> q, k, v = torch.randn(3, 1, 2, 50, 8, dtype=torch.float64).unbind(0)
+        >>> out = tiled_attention(q, k, v, causal=True, block_q=16, block_k=16)
+        >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, ref, atol=1e-12)
+        True
+    """
+    _check_inputs(q, k, v, causal, mask, block_q, block_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return TiledAttentionFunction.apply(q, k, v, scale, causal, mask, block_q, block_k)
 
@@ -289,6 +305,7 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         >>> torch.allclose(naive_attention(q, k, v, causal=True), tiled_attention(q, k, v, causal=True))
         True
     """
+    _check_inputs(q, k, v, causal, None, 1, 1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ k.transpose(-2, -1)) * scale                            # (..., T_q, T_k)
     if causal:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.attention import Impl, causal_mask
+from course_lib.checks import check_float_tensor, check_ids, check_tensor
 from course_lib.multihead import MultiHeadAttention
 from course_lib.positional import sinusoidal_encoding
 
@@ -98,6 +99,10 @@ class FeedForward(nn.Module):
 
     def memory_coefficients(self, x: torch.Tensor) -> torch.Tensor:
         """``relu(x W_1^T + b_1)``: how strongly each memory fires, ``(..., d) -> (..., d_ff)``."""
+        check_float_tensor("x", x, min_ndim=1, shape="(..., d)")
+        if x.shape[-1] != self.linear1.in_features:
+            raise ValueError(f"x must have shape (..., d={self.linear1.in_features}), got "
+                             f"{tuple(x.shape)}")
         return F.relu(self.linear1(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,6 +141,7 @@ def sublayer(x: torch.Tensor, f: Callable[[torch.Tensor], tuple[torch.Tensor, We
         >>> pre.round(decimals=3).tolist(), post.round(decimals=3).tolist()  # x + 2 LN(x), LN(3 x)
         ([[-1.0, 5.0]], [[-1.0, 1.0]])
     """
+    check_float_tensor("x", x, min_ndim=1, shape="(..., d)")
     if norm_first:
         out, weights = f(norm(x))
         return x + dropout(out), weights
@@ -149,6 +155,7 @@ def sublayer(x: torch.Tensor, f: Callable[[torch.Tensor], tuple[torch.Tensor, We
 
 
 def _check_stream(x: torch.Tensor, d_model: int, name: str) -> None:
+    check_float_tensor(name, x)
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"{name} must have shape (batch, length, d_model={d_model}), "
                          f"got {tuple(x.shape)}")
@@ -259,8 +266,8 @@ class DecoderLayer(nn.Module):
                              f"batch {y.shape[0]} (memory {tuple(memory.shape)}, "
                              f"y {tuple(y.shape)})")
         B, T, S, h = y.shape[0], y.shape[1], memory.shape[1], self.self_attn.n_heads
-        _check_attn_mask(self_mask, (B, h, T, T), "decoder self-attention mask")
-        _check_attn_mask(memory_mask, (B, h, T, S), "decoder cross-attention (memory) mask")
+        _check_attn_mask(self_mask, (B, h, T, T), "decoder self-attention mask self_mask")
+        _check_attn_mask(memory_mask, (B, h, T, S), "decoder cross-attention mask memory_mask")
         y, w_self = sublayer(
             y, lambda z: self.self_attn(z, z, z, mask=self_mask, need_weights=need_weights),
             self.norm1, self.dropout1, self.norm_first)
@@ -373,7 +380,7 @@ class Embedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.dim() != 2:
+        if check_tensor("tokens", tokens).dim() != 2:
             raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must hold integer ids, got {tokens.dtype}")
@@ -429,6 +436,7 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_padding: torch.Tensor | None = None,
                need_weights: bool = False) -> tuple[torch.Tensor, list[Weights]]:
         """Source ids ``(B, S)`` -> memory ``(B, S, d)`` and the encoder's weights per layer."""
+        check_ids("src", src, self.config.src_vocab_size, ndim=2, shape="(batch, length)")
         if src_padding is not None and (src_padding.dtype != torch.bool
                                         or src_padding.shape != src.shape):
             raise ValueError(f"src_padding must be boolean with the shape of the tokens "
@@ -441,6 +449,7 @@ class Transformer(nn.Module):
                src_padding: torch.Tensor | None = None, need_weights: bool = False,
                ) -> tuple[torch.Tensor, list[tuple[Weights, Weights]]]:
         """Target ids ``(B, T)`` and memory ``(B, S, d)`` -> logits ``(B, T, V)``, weights."""
+        check_ids("tgt", tgt, self.config.tgt_vocab_size, ndim=2, shape="(batch, length)")
         if memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
             raise ValueError(f"memory must have shape (batch={tgt.shape[0]}, S, d), got "
                              f"{tuple(memory.shape)}")
