@@ -2,8 +2,9 @@
 
 Used by every taught module of course_lib, so that a bad input is answered at the door of the
 function the student called ("logits must be a floating-point tensor, got torch.int64"), never by
-a traceback from deep inside torch, a silent wrong answer or a silent NaN. ``tests/test_bad_input.py``
-feeds every taught function the usual bad inputs and holds each to that.
+a traceback from deep inside torch, a silent wrong answer or a silent NaN.
+``tests/test_bad_input.py`` feeds every taught function the usual bad inputs and holds each to
+that.
 
 Conventions: a wrong type or dtype is a ``TypeError``; a wrong shape, size or value a
 ``ValueError``; the message starts with the argument's name. The shape and dtype checks read
@@ -250,8 +251,8 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if minimum is not None and value < minimum:
-        wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum,
-                                                                              f"an int >= {minimum}")
+        named = {0: "a non-negative integer", 1: "a positive integer"}
+        wanted = named.get(minimum, f"an int >= {minimum}")
         raise ValueError(f"{name} must be {wanted}, got {value}")
     return int(value)
 

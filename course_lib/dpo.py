@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import gpt, sampling
-from course_lib.checks import check_float_tensor, check_ids, check_positive, check_same_dtype
+from course_lib.checks import (check_finite_tensor, check_float_tensor, check_ids, check_positive,
+                               check_same_dtype)
 
 
 def _vocab_size(model: object) -> int | None:
@@ -226,7 +227,8 @@ def implicit_rewards(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
         check_float_tensor(name, t, ndim=1, shape="(B,)")
     check_same_dtype(**named)
     if len({tuple(t.shape) for t in named.values()}) != 1 or policy_chosen.shape[0] == 0:
-        raise ValueError("the four log-probabilities must be (B,) tensors of one shape, B >= 1")
+        raise ValueError(f"the four log-probabilities ({', '.join(named)}) must be (B,) tensors "
+                         f"of one shape, B >= 1; got {[tuple(t.shape) for t in named.values()]}")
     check_positive("beta", beta)
     chosen = beta * (policy_chosen - reference_chosen)
     rejected = beta * (policy_rejected - reference_rejected)
@@ -269,6 +271,7 @@ def kl_regularised_optimum(reference_probs: torch.Tensor, rewards: torch.Tensor,
                          f"{tuple(rewards.shape)} must have the same shape (K,)")
     if not bool((reference_probs > 0).all()) or not bool((betas > 0).all()):
         raise ValueError("reference_probs and betas must be positive")
+    check_finite_tensor("rewards", rewards)  # a NaN reward would make every optimum NaN
     log_ref = reference_probs.log()
     log_opt = torch.log_softmax(log_ref[None, :] + rewards[None, :] / betas[:, None], dim=-1)
     opt = log_opt.exp()  # (N, K)

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.checks import check_float_tensor, check_ids, check_int, check_int_tensor
 from course_lib.moe import SparseMoeBlock
 from course_lib.positional import sinusoidal_encoding
 from course_lib.rope import Pairing, apply_rope
@@ -120,7 +121,16 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_stream(x, self.weight.shape[0], any_rank=True)
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _check_stream(x: torch.Tensor, d: int, any_rank: bool = False) -> None:
+    """``x`` is the residual stream: floats ``(B, T, d)`` (``(..., d)`` with ``any_rank``)."""
+    layout = f"(..., hidden_size={d})" if any_rank else f"(batch, length, hidden_size={d})"
+    check_float_tensor("x", x, ndim=None if any_rank else 3, min_ndim=1, shape=layout)
+    if x.shape[-1] != d:
+        raise ValueError(f"x must have shape {layout}, got shape {tuple(x.shape)}")
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -132,6 +142,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
         >>> repeat_kv(torch.tensor([10.0, 20.0]).view(1, 2, 1, 1), 2).flatten().tolist()
         [10.0, 10.0, 20.0, 20.0]
     """
+    check_float_tensor("x", x, ndim=4, shape="(B, g, T, d)")
+    check_int("n_rep", n_rep, minimum=1)
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
@@ -143,6 +155,8 @@ def attention_mask(q_pos: torch.Tensor, k_pos: torch.Tensor,
         >>> attention_mask(torch.arange(4), torch.arange(4), window=2).int().tolist()
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
+    check_int_tensor("q_pos", q_pos, ndim=1, shape="(T_q,)")
+    check_int_tensor("k_pos", k_pos, ndim=1, shape="(T_k,)")
     allowed = k_pos[None, :] <= q_pos[:, None]
     if window is not None:
         allowed &= k_pos[None, :] > q_pos[:, None] - window
@@ -213,6 +227,7 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int,
                 start: int) -> torch.Tensor:
         c = self.config
+        _check_stream(x, c.hidden_size)
         B, T, _ = x.shape
         h, g, dh = c.num_attention_heads, c.num_key_value_heads, c.d_head
         q = self.q_proj(x).view(B, T, h, dh).transpose(1, 2)  # (B, h, T, d_h)
@@ -247,6 +262,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(i, d, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_stream(x, self.up_proj.in_features, any_rank=True)
         if self.kind == "swiglu":
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         return self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
@@ -272,6 +288,7 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int,
                 start: int) -> torch.Tensor:
+        _check_stream(x, self.self_attn.config.hidden_size)
         x = x + self.self_attn(self.input_layernorm(x), cache, layer, start)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -291,6 +308,7 @@ class LlamaModel(nn.Module):
         self.norm = _norm(config)
 
     def forward(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        check_ids("ids", ids, self.config.vocab_size, ndim=2, shape="(batch, length)")
         start = 0 if cache is None else cache.seen
         T = ids.shape[1]
         x = self.embed_tokens(ids)  # (B, T, d)
@@ -369,6 +387,11 @@ def generate(model: LlamaForCausalLM, prompt: torch.Tensor, max_new_tokens: int,
         >>> torch.equal(generate(model, p, 5), generate(model, p, 5, use_cache=False))
         True
     """
+    check_ids("prompt", prompt, model.config.vocab_size, ndim=2, shape="(B, T)")
+    if prompt.shape[1] == 0:
+        raise ValueError(f"prompt must hold at least one token per row, got shape "
+                         f"{tuple(prompt.shape)}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
     tokens = prompt
     cache = model.new_cache() if use_cache else None
     new = prompt

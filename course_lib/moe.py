@@ -29,6 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.checks import (check_float_tensor, check_ids, check_int, check_positive,
+                               check_same_dtype)
+
+
+def _check_router(router_logits: torch.Tensor, k: int) -> None:
+    check_float_tensor("router_logits", router_logits, ndim=2, shape="(N, E)")
+    if not 1 <= check_int("k", k) <= router_logits.shape[-1]:
+        raise ValueError(f"k must lie between 1 and the {router_logits.shape[-1]} experts, got {k}")
+
 
 def route(router_logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Top-``k`` routing with renormalised gates: ``(N, E)`` logits -> weights and expert ids.
@@ -43,8 +52,7 @@ def route(router_logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
         >>> e.tolist(), [round(v, 4) for v in w[0].tolist()]
         ([[1, 2]], [0.6667, 0.3333])
     """
-    if not 1 <= k <= router_logits.shape[-1]:
-        raise ValueError(f"k must lie between 1 and the {router_logits.shape[-1]} experts, got {k}")
+    _check_router(router_logits, k)
     probs = router_logits.softmax(dim=-1)
     top, experts = probs.topk(k, dim=-1)
     return top / top.sum(dim=-1, keepdim=True), experts
@@ -66,7 +74,10 @@ def load_balancing_loss(router_logits: torch.Tensor, k: int) -> torch.Tensor:
         >>> float(load_balancing_loss(torch.zeros(6, 4), k=2))  # uniform probabilities
         2.0
     """
+    _check_router(router_logits, k)
     n, e = router_logits.shape
+    if n == 0:
+        raise ValueError("router_logits hold no token: the loss of an empty batch is 0/0")
     probs = router_logits.softmax(dim=-1)
     experts = probs.topk(k, dim=-1).indices  # (N, k)
     f = torch.zeros(e, dtype=probs.dtype, device=probs.device).scatter_add_(
@@ -82,6 +93,7 @@ def expert_counts(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
         >>> expert_counts(torch.tensor([[0, 1], [0, 2]]), 4).tolist()
         [2, 1, 1, 0]
     """
+    check_ids("experts", experts, n_experts, ndim=2, shape="(N, k)")
     return torch.bincount(experts.flatten(), minlength=n_experts)
 
 
@@ -105,6 +117,11 @@ def dropped_fraction(experts: torch.Tensor, n_experts: int, capacity_factor: flo
         >>> dropped_fraction(torch.tensor([[0], [0], [0], [1]]), 2, capacity_factor=1.0)
         0.25
     """
+    check_ids("experts", experts, n_experts, ndim=2, shape="(N, k)")
+    if experts.numel() == 0:
+        raise ValueError(f"experts holds no assignment (shape {tuple(experts.shape)}): the "
+                         "dropped share of nothing is 0/0")
+    check_positive("capacity_factor", capacity_factor)
     n, k = experts.shape
     cap = capacity(n, n_experts, k, capacity_factor)
     over = (expert_counts(experts, n_experts) - cap).clamp(min=0)
@@ -124,6 +141,14 @@ class Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """``x`` ``(N, d)``, ``weights``/``experts`` ``(N, k)`` -> ``(N, d)``: each expert runs its tokens."""
+        n_experts, _, d = self.gate_up_proj.shape
+        check_float_tensor("x", x, ndim=2, shape=f"(N, d={d})")
+        check_float_tensor("weights", weights, ndim=2, shape="(N, k)")
+        check_same_dtype(x=x, weights=weights)
+        check_ids("experts", experts, n_experts, ndim=2, shape="(N, k)")
+        if x.shape[1] != d or weights.shape != experts.shape or experts.shape[0] != x.shape[0]:
+            raise ValueError(f"x (N, d={d}), weights and experts (N, k) do not fit: "
+                             f"{tuple(x.shape)}, {tuple(weights.shape)}, {tuple(experts.shape)}")
         out = torch.zeros_like(x)
         for e in torch.unique(experts).tolist():
             token, slot = torch.where(experts == e)
@@ -155,6 +180,10 @@ class SparseMoeBlock(nn.Module):
         self.router_logits: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.gate.in_features
+        check_float_tensor("x", x, min_ndim=1, shape=f"(..., d={d})")
+        if x.shape[-1] != d:
+            raise ValueError(f"x must have shape (..., d={d}), got shape {tuple(x.shape)}")
         shape = x.shape
         flat = x.reshape(-1, shape[-1])  # (N, d)
         logits = self.gate(flat)  # (N, E)

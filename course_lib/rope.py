@@ -30,6 +30,8 @@ from typing import Literal
 
 import torch
 
+from course_lib.checks import check_float_tensor, check_same_dtype, check_tensor
+
 Pairing = Literal["interleaved", "half"]
 
 
@@ -61,6 +63,7 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
         >>> rope_angles(torch.tensor([0, 2]), 4, theta=100.0).tolist()
         [[0.0, 0.0], [2.0, 0.2]]
     """
+    check_tensor("positions", positions, ndim=1, shape="(T,)")
     return (positions.to(torch.float64) / scale)[:, None] * inv_frequencies(head_dim, theta)
 
 
@@ -71,8 +74,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
         >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
         [-3.0, -4.0, 1.0, 2.0]
     """
+    _check_even("x", check_tensor("x", x, min_ndim=1, shape="(..., d)"))
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def _check_even(name: str, x: torch.Tensor) -> None:
+    if x.shape[-1] % 2:
+        raise ValueError(f"{name} must have an even last size (RoPE rotates pairs of features), "
+                         f"got shape {tuple(x.shape)}")
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0,
@@ -96,6 +106,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0,
         >>> apply_rope(x, torch.tensor([1]), theta=100.0, pairing="half")
         tensor([[0.5403, 0.0000, 0.8415, 0.0000]])
     """
+    check_float_tensor("x", x, min_ndim=2, shape="(..., T, d)")
+    _check_even("x", x)
+    check_tensor("positions", positions, shape="(T,)")
     d = x.shape[-1]
     _check(d, pairing)
     if positions.shape != (x.shape[-2],):
@@ -140,6 +153,9 @@ def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
         >>> bool(torch.isclose(rope_scores(q, k, 3, 7), rope_scores(q, k, 103, 107)))
         True
     """
+    check_float_tensor("q", q, ndim=1, shape="(d,)")
+    check_float_tensor("k", k, ndim=1, shape="(d,)")
+    check_same_dtype(q=q, k=k)
     qr = apply_rope(q[None], torch.tensor([q_pos]), theta, pairing)[0]
     kr = apply_rope(k[None], torch.tensor([k_pos]), theta, pairing)[0]
     return qr @ kr

@@ -26,7 +26,27 @@ from typing import Callable
 
 import torch
 
+from course_lib.checks import (check_float_tensor, check_ids, check_int, check_positive,
+                               check_same_dtype)
+
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _check_probabilities(name: str, t: torch.Tensor, ndim: int | None, shape: str) -> None:
+    check_float_tensor(name, t, ndim=ndim, min_ndim=1, shape=shape)
+    if bool((torch.isnan(t) | (t < 0)).any()):
+        raise ValueError(f"{name} must hold probabilities (>= 0, no NaN)")
+
+
+def _check_generation(prompt: torch.Tensor, max_new_tokens: int, temperature: float,
+                      greedy: bool, caller: str) -> None:
+    check_ids("prompt", prompt, ndim=2, shape="(1, T)")
+    if prompt.shape[0] != 1 or prompt.shape[1] == 0:
+        raise ValueError(f"{caller} decodes one sequence: prompt must be (1, T) with T >= 1, got "
+                         f"shape {tuple(prompt.shape)}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if not greedy:
+        check_positive("temperature", temperature)
 
 
 def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
@@ -53,6 +73,12 @@ def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
         >>> accept_step(p, q, torch.tensor([1]), torch.tensor([0.7]))  # rejected: residual
         (0, tensor([1., 0.]))
     """
+    _check_probabilities("p", p, 2, "(k + 1, V)")
+    _check_probabilities("q", q, 2, "(k, V)")
+    check_ids("drafts", drafts, p.shape[1], ndim=1, shape="(k,)")
+    check_float_tensor("u", u, ndim=1, shape="(k,)")
+    if bool((torch.isnan(u) | (u < 0) | (u >= 1)).any()):
+        raise ValueError(f"u must hold uniform numbers in [0, 1), got {u.tolist()}")
     k = drafts.shape[0]
     if p.shape[0] != k + 1 or q.shape[0] != k or u.shape != (k,):
         raise ValueError(f"need p (k+1, V), q (k, V), u (k,) for k = {k} drafts; got "
@@ -75,6 +101,12 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         >>> float(acceptance_probability(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 1.0])))
         0.5
     """
+    _check_probabilities("p", p, None, "(..., V)")
+    _check_probabilities("q", q, None, "(..., V)")
+    check_same_dtype(p=p, q=q)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must be distributions of one shape (..., V), got "
+                         f"{tuple(p.shape)} and {tuple(q.shape)}")
     return torch.minimum(p, q).sum(dim=-1)
 
 
@@ -121,8 +153,8 @@ def speculative_generate(target: LogitsFn, draft: LogitsFn, prompt: torch.Tensor
         >>> out[0].tolist() == seq
         True
     """
-    if prompt.shape[0] != 1:
-        raise ValueError(f"speculative_generate decodes one sequence; got batch {prompt.shape[0]}")
+    _check_generation(prompt, max_new_tokens, temperature, greedy, "speculative_generate")
+    check_int("k", k, minimum=1)
     tokens = prompt
     stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0, "rejected": 0}
     end = prompt.shape[1] + max_new_tokens
@@ -160,6 +192,7 @@ def autoregressive_generate(model: LogitsFn, prompt: torch.Tensor, max_new_token
         >>> autoregressive_generate(lambda t: table[t], torch.tensor([[0]]), 3, greedy=True).shape
         torch.Size([1, 4])
     """
+    _check_generation(prompt, max_new_tokens, temperature, greedy, "autoregressive_generate")
     tokens = prompt
     for _ in range(max_new_tokens):
         probs = _probs(model(tokens)[0, -1], temperature, greedy)
