@@ -361,7 +361,8 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
         course_root: the bundle's ``course/`` folder (on ``sys.path`` already).
         bundle: its ``bundle.json``.
         notebook: the submitted file, or None (then ``missing_reason`` says why).
-        lock: folders made unreadable to student code before it runs (fallback runner).
+        lock: folders made unreadable to student code before it runs (fallback runner only:
+            the bubblewrap sandbox does not hold them, and reads its runner script from there).
         runner: ``"bubblewrap"`` or ``"fallback"`` (default: :func:`choose_runner`).
     """
     from autograder.chapter_spec import load_chapter_spec
@@ -407,9 +408,9 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
         for ex in spec.exercises:  # every reference now: nothing trusted is read later
             for k in range(len(judge.cases(ex.exercise_id))):
                 judge.expected(ex.exercise_id, k)
-        _lock(list(lock or []))  # the source and the real course_lib: root's alone from now on
-        factory = Sandbox
+        factory = Sandbox  # bubblewrap: the bundle is not in the sandbox's file system at all
         if runner == "fallback":
+            _lock(list(lock or []))  # the source and the real course_lib: root's alone from now
             homes = work / "homes"
             homes.mkdir()
             homes.chmod(0o711)

@@ -127,7 +127,7 @@ def fresh_root_command(mounts: dict[str, Path], venv: Path, command: list[str],
 
 
 def run_gradescope(zip_path: Path, tmp: Path, name: str, fname: str, data: bytes,
-                   venv: Path, env: dict[str, str] | None = None) -> dict:
+                   venv: Path, env: dict[str, str] | None = None, docker_caps: bool = True) -> dict:
     """One submission through ``/autograder/run_autograder`` in a fresh root; its results.json."""
     root = tmp / f"gs-{name}"
     (root / "source").mkdir(parents=True)
@@ -142,7 +142,8 @@ def run_gradescope(zip_path: Path, tmp: Path, name: str, fname: str, data: bytes
     (root / "submission" / fname).write_bytes(data)
     (root / "results").mkdir()
     proc = subprocess.run(fresh_root_command({"/autograder": root}, venv,
-                                             ["bash", "/autograder/run_autograder"], env),
+                                             ["bash", "/autograder/run_autograder"], env,
+                                             docker_caps=docker_caps),
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     out = root / "results" / "results.json"
@@ -308,6 +309,22 @@ def test_run_autograder_in_gradescope_layout_gives_the_hardened_points(
         check_against(name, results, grades[name], chapter_spec)
         if grades[name]["status"] == "graded":
             assert results["extra_data"]["runner"] == "fallback"
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("platform-gradescope")
+def test_where_namespaces_can_be_made_the_bubblewrap_runner_grades(
+        gradescope_zip: Path, expected, chapter_spec, tmp_path: Path) -> None:
+    """A container that lets root create namespaces (all capabilities): the grader's probe
+    finds bubblewrap working and the sandbox of `grade` runs the student's code, same points."""
+    subs, grades = expected
+    for name in ("solution", "partial"):
+        fname, data = subs[name]
+        results = run_gradescope(gradescope_zip, tmp_path, name, fname, data, Path(sys.prefix),
+                                 docker_caps=False)
+        check_against(name, results, grades[name], chapter_spec)
+        assert results["extra_data"]["runner"] == "bubblewrap"
 
 
 @needs_bwrap
