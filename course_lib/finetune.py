@@ -404,7 +404,7 @@ def compare_methods(config: FinetuneConfig = FINETUNE_CONFIG,
     return results
 
 
-FORGETTING_PATH = DATA_DIR / "fine_tuning_forgetting.json.xz"  # scripts/finetune_runs.py --forgetting
+FORGETTING_PATH = DATA_DIR / "fine_tuning_forgetting.json.xz"  # finetune_runs.py --forgetting
 
 
 @dataclass(frozen=True)
@@ -442,7 +442,7 @@ def forgetting_runs(config: ForgettingConfig = FORGETTING_CONFIG,
 
 def forgetting_run(base: gpt.GPT, vocabulary: list[str], config: ForgettingConfig,
                    base_config: FinetuneConfig, index: int) -> dict[str, Any]:
-    """Run ``config.runs[index]``: its method, rank, lr, mix and :func:`finetune_method`'s results."""
+    """Run ``config.runs[index]``: method, rank, lr, mix and :func:`finetune_method`'s results."""
     method, rank, lr, mix = config.runs[index]
     _, measured = finetune_method(base, vocabulary, base_config, rank, lr=lr, mix_windows=mix)
     curve = measured.pop("train_loss")

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def forgetting(args: argparse.Namespace) -> dict:
-    """Each run of the part into a file of its own as it ends; ``--merge`` joins those that exist."""
+    """Each run of the part into a file of its own as it ends; ``--merge`` joins them."""
     out = finetune.FORGETTING_PATH
     config = finetune.FORGETTING_CONFIG
     run_path = out.parent / "forgetting_runs"

@@ -108,7 +108,8 @@ def test_forgetting_at_matched_rates_and_along_the_trade_off(built_book: Path) -
     assert acc["full_1e3"] > acc["lora16_1e3"] + 0.1  # 0.487 against 0.310
     from course_lib.exercises.fine_tuning import predict_forgetting  # exercise 5's answer: (a)
     assert predict_forgetting() == "a" and base["full_1e3"] > base["lora16_1e3"] + 0.1
-    assert base["full_1e3"] > 1.9 * uniform and base["lora16_1e3"] < base["full_1e3"] - 3  # 9.02, 3.00
+    assert base["full_1e3"] > 1.9 * uniform  # 9.02: "twice a uniform guess"
+    assert base["lora16_1e3"] < base["full_1e3"] - 3  # 3.00
     assert acc["lora16_3e4"] < 0.15 and base["lora16_3e4"] < 2.6  # 0.080, 2.36
     assert acc["lora4_3e4"] < 0.15 and base["lora4_3e4"] < 2.6
     assert abs(acc["full_1e4"] - acc["lora16_1e3"]) < 0.06  # 0.283 against 0.310
