@@ -76,3 +76,14 @@ def mask_tokens_draws(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[st
     return {"inputs": torch.stack([x for x, _ in draws]),
             "targets": torch.stack([y for _, y in draws]),
             "again_inputs": again[0], "again_targets": again[1]}
+
+
+def each_call(fn: Callable[..., Any], inputs: dict[str, Any]) -> list[Any]:
+    """``fn`` called once with each keyword dict of ``inputs["calls"]``, in order.
+
+    Example:
+        >>> each_call(lambda a, b: a + b, {"calls": [{"a": 1, "b": 2}, {"a": 5, "b": 0}]})
+        [3, 5]
+    """
+    return [fn(**call) for call in inputs["calls"]]
+

@@ -1,0 +1,404 @@
+"""Graded exercises of chapter 9, "Reasoning": references, cases, slips.
+
+Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
+solution that calls course_lib's implementation of any exercise of this chapter: the majority
+vote and pass@k (:mod:`course_lib.reasoning`), the advantages and the GRPO loss
+(:mod:`course_lib.rl`).
+
+Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
+sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
+mistakes, each with the message its author reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+
+from course_lib import reasoning, rl
+from course_lib.exercises._calls import each_call
+from course_lib.exercises._common import f32, f64, gen, pick, randn
+from course_lib.grading import Case, Exercise, Slip, answer_case, choice
+
+
+# 1. majority_vote -------------------------------------------------------------------------------
+
+
+def _drawn_votes(seed: int, rows: int, with_none: bool) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        calls = []
+        for r in range(rows):
+            n = pick(seed + 2 * r, 1, 9)
+            values = torch.randint(0, 4, (n,), generator=gen(seed + 2 * r + 1)).tolist()
+            calls.append({"answers": [None if (with_none and v == 0) else v for v in values]})
+        return {"calls": calls}
+    return build
+
+
+def _majority_cases() -> list[Case]:
+    return [
+        Case("a clear majority", lambda: {"calls": [{"answers": [3, 5, 5]},
+                                                     {"answers": [1, 1, 1, 2]}]}),
+        Case("ties", lambda: {"calls": [{"answers": [4, 2, 2, 4]}, {"answers": [7, 1]},
+                                        {"answers": [9, 0, 0, 9, 5]}]}),
+        Case("completions without an answer", lambda: {"calls": [
+            {"answers": [None, None, 6]}, {"answers": [None, 2, None, 3, 3]},
+            {"answers": [None]}, {"answers": [None, None]}]}),
+        Case("votes drawn for this grading run", _drawn_votes(300, 8, with_none=False)),
+        Case("votes with missing answers drawn for this grading run",
+             _drawn_votes(340, 8, with_none=True)),
+    ]
+
+
+def _vote_none_counts(answers):
+    return Counter(answers).most_common(1)[0][0]
+
+
+def _vote_smallest(answers):
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return min(a for a, n in counts.items() if n == best)
+
+
+def _vote_last(answers):
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return [a for a in answers if a is not None and counts[a] == best][-1]
+
+
+def _vote_zero(answers):
+    counts = Counter(a for a in answers if a is not None)
+    return counts.most_common(1)[0][0] if counts else 0
+
+
+_MAJORITY_SLIPS = (
+    Slip("a completion without an answer (None) does not vote", _vote_none_counts),
+    Slip("a tie goes to the answer that appears first in the list, not the smallest",
+         _vote_smallest),
+    Slip("a tie goes to the answer that appears first in the list, not the last", _vote_last),
+    Slip("with no answer at all, return None, not 0", _vote_zero),
+)
+
+
+# 2. pass_at_k -----------------------------------------------------------------------------------
+
+
+def _pass_cases() -> list[Case]:
+    def build(seed: int, n: int, k: int, P: int) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            c = torch.randint(0, n + 1, (P,), generator=gen(seed))
+            c[0], c[-1] = 0, n  # never right, always right
+            return {"n": n, "c": c, "k": k}
+        return inputs
+
+    def drawn() -> dict[str, Any]:
+        n = pick(420, 50, 400)
+        k = pick(421, 2, n // 3)
+        c = torch.randint(0, n + 1, (12,), generator=gen(422))
+        c[1] = n - k + 1  # fewer than k wrong samples
+        c[2] = n - k  # exactly k wrong samples
+        return {"n": n, "c": c, "k": k}
+
+    return [
+        Case("k = 1", build(400, 20, 1, 6)),
+        Case("small n, k = 3", build(401, 10, 3, 8)),
+        Case("fewer wrong samples than k", lambda: {"n": 8, "c": torch.tensor([3, 4, 5, 6, 7]),
+                                                    "k": 5}),
+        Case("one problem, k = n", lambda: {"n": 7, "c": torch.tensor([2]), "k": 7}),
+        Case("n = 2,000 and k = 1,000 (no overflow)", build(402, 2000, 1000, 9)),
+        Case("n = 10,000, large k", build(403, 10000, 2500, 5)),
+        Case("n and k drawn for this grading run", drawn),
+    ]
+
+
+def _pass_biased(n, c, k):
+    return 1 - (1 - c.to(torch.float64) / n) ** k
+
+
+def _pass_union(n, c, k):
+    return (k * c.to(torch.float64) / n).clamp(max=1.0)
+
+
+def _pass_mean(n, c, k):
+    return c.to(torch.float64) / n
+
+
+def _pass_off_by_one(n, c, k):
+    out = []
+    for ci in c.tolist():
+        prod = 1.0
+        for i in range(n - ci, n):
+            prod *= 1 - k / i if i > 0 else 0.0
+        out.append(1 - prod)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+_PASS_SLIPS = (
+    Slip("1 - (1 - c/n)^k draws the k samples with replacement: it is biased low; choose k of "
+         "the n samples without replacement", _pass_biased),
+    Slip("k c / n is a bound (the union bound), not the probability", _pass_union),
+    Slip("c / n is pass@1 only: k samples pass when any one of them is right", _pass_mean),
+    Slip("the product runs over i = n - c + 1, ..., n (c factors), one further along",
+         _pass_off_by_one),
+)
+
+
+# 3. group_advantages ----------------------------------------------------------------------------
+
+
+def _adv_cases() -> list[Case]:
+    def binary(seed: int, P: int, G: int, dtype=f32) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            r = (torch.rand(P, G, generator=gen(seed)) < 0.5).to(dtype)
+            r[0] = 1.0  # a group all right
+            if P > 2:
+                r[1] = 0.0  # a group all wrong
+                r[2, 0], r[2, 1:] = 1.0, 0.0  # one right
+            return {"rewards": r}
+        return inputs
+
+    def graded(seed: int, P: int, G: int, dtype=f32) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            r = torch.rand(P, G, generator=gen(seed), dtype=dtype)
+            r[-1] = 0.25  # equal rewards that are not 0 or 1
+            return {"rewards": r}
+        return inputs
+
+    return [
+        Case("float32, right/wrong rewards, groups of 8", binary(500, 6, 8)),
+        Case("float64, right/wrong rewards, groups of 4", binary(510, 5, 4, f64)),
+        Case("float32, graded rewards in [0, 1]", graded(520, 4, 6)),
+        Case("float64, batch size 1 (one group of 2)",
+             lambda: {"rewards": torch.tensor([[0.0, 1.0]], dtype=f64)}),
+        Case("float64, sizes drawn for this grading run",
+             lambda: {"rewards": randn(530, pick(531, 2, 7), pick(532, 2, 16), dtype=f64)}),
+    ]
+
+
+def _adv_population(rewards):
+    c = rewards - rewards.mean(1, keepdim=True)
+    s = rewards.std(1, unbiased=False, keepdim=True)
+    return torch.where(s > 0, c / torch.where(s > 0, s, 1.0), 0.0)
+
+
+def _adv_centred(rewards):
+    return rewards - rewards.mean(1, keepdim=True)
+
+
+def _adv_global(rewards):
+    s = rewards.std()
+    return (rewards - rewards.mean()) / s if s > 0 else rewards * 0
+
+
+def _adv_nan(rewards):
+    return (rewards - rewards.mean(1, keepdim=True)) / rewards.std(1, keepdim=True)
+
+
+def _adv_raw(rewards):
+    return rewards / rewards.std(1, keepdim=True).clamp(min=1e-12)
+
+
+_ADV_SLIPS = (
+    Slip("use the sample standard deviation of each group (divide by G - 1, torch.std's "
+         "default)", _adv_population),
+    Slip("divide the centred rewards by their group's standard deviation", _adv_centred),
+    Slip("each group has its own mean and standard deviation (dim=1), not the whole batch's",
+         _adv_global),
+    Slip("a group whose rewards are all equal has standard deviation 0: its advantages are 0, "
+         "not 0/0 = NaN", _adv_nan),
+    Slip("subtract the group's mean reward first", _adv_raw),
+)
+
+
+def _adv_diagnose(inputs: Any, got: Any, expected: Any) -> str | None:
+    import numpy as np
+
+    if isinstance(got, np.ndarray) and np.isnan(got).any():
+        return ("NaN in your advantages: a group whose rewards are all equal has standard "
+                "deviation 0, and its advantages are 0")
+    return None
+
+
+# 4. rloo_advantages -----------------------------------------------------------------------------
+
+
+def _rloo_centred(rewards):
+    return rewards - rewards.mean(1, keepdim=True)
+
+
+def _rloo_over_g(rewards):
+    g = rewards.shape[1]
+    return rewards - (rewards.sum(1, keepdim=True) - rewards) / g
+
+
+def _rloo_normalised(rewards):
+    c = rewards - rewards.mean(1, keepdim=True)
+    s = rewards.std(1, keepdim=True)
+    return torch.where(s > 0, c / torch.where(s > 0, s, 1.0), 0.0)
+
+
+def _rloo_swapped(rewards):
+    g = rewards.shape[1]
+    return (rewards.sum(1, keepdim=True) - rewards) / (g - 1) - rewards
+
+
+_RLOO_SLIPS = (
+    Slip("leave sample i out of its own baseline: the mean of the other G - 1 rewards",
+         _rloo_centred),
+    Slip("the other rewards are G - 1, so their mean divides by G - 1, not G", _rloo_over_g),
+    Slip("REINFORCE leave-one-out does not divide by the standard deviation",
+         _rloo_normalised),
+    Slip("the advantage is the reward minus the baseline, not the other way round",
+         _rloo_swapped),
+)
+
+
+# 5. grpo_loss -----------------------------------------------------------------------------------
+
+
+def _grpo_cases() -> list[Case]:
+    def build(seed: int, B: int, N: int, clip_eps: float, beta: float, dtype=f32,
+              spread: float = 0.3) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            logp_old = -torch.rand(B, N, generator=gen(seed), dtype=dtype) * 3
+            lengths = torch.randint(1, N + 1, (B,), generator=gen(seed + 1))
+            lengths[0] = N
+            mask = torch.arange(N)[None, :] < lengths[:, None]
+            return {"logp": logp_old + randn(seed + 2, B, N, dtype=dtype, scale=spread),
+                    "logp_old": logp_old,
+                    "logp_ref": logp_old + randn(seed + 3, B, N, dtype=dtype, scale=0.5),
+                    "advantages": randn(seed + 4, B, dtype=dtype),
+                    "mask": mask, "clip_eps": clip_eps, "beta": beta}
+        return inputs
+
+    return [
+        Case("float32, ratios inside and outside the clip range", build(600, 6, 9, 0.2, 0.04)),
+        Case("float64, a large KL weight", build(610, 5, 7, 0.2, 0.5, f64)),
+        Case("float64, no KL (beta = 0), wide ratios", build(620, 8, 6, 0.1, 0.0, f64,
+                                                            spread=0.6)),
+        Case("float32, batch size 1", build(630, 1, 11, 0.3, 0.1)),
+        Case("float64, on-policy (ratio 1)", lambda: {**build(640, 4, 5, 0.2, 0.1, f64)(),
+                                                      "logp": build(640, 4, 5, 0.2, 0.1,
+                                                                    f64)()["logp_old"]}),
+        Case("float64, sizes drawn for this grading run",
+             build(650, pick(651, 2, 9), pick(652, 2, 12), 0.2, 0.05, f64)),
+    ]
+
+
+def _ratio(logp, logp_old):
+    return (logp - logp_old).exp()
+
+
+def _k3(logp, logp_ref):
+    d = logp_ref - logp
+    return d.exp() - d - 1
+
+
+def _token_mean(per_token, mask):
+    m = mask.to(per_token.dtype)
+    return (per_token * m).sum() / m.sum()
+
+
+def _grpo_no_min(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    return _token_mean(-r.clamp(1 - clip_eps, 1 + clip_eps) * a + beta * _k3(logp, logp_ref),
+                       mask)
+
+
+def _grpo_no_clip(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    return _token_mean(-r * a + beta * _k3(logp, logp_ref), mask)
+
+
+def _grpo_max(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.maximum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return _token_mean(-s + beta * _k3(logp, logp_ref), mask)
+
+
+def _grpo_k1(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return _token_mean(-s + beta * (logp - logp_ref), mask)
+
+
+def _grpo_kl_sign(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return _token_mean(-s - beta * _k3(logp, logp_ref), mask)
+
+
+def _grpo_sequence(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    per_token = -s + beta * _k3(logp, logp_ref)
+    m = mask.to(per_token.dtype)
+    return ((per_token * m).sum(1) / m.sum(1)).mean()
+
+
+def _grpo_unmasked(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return (-s + beta * _k3(logp, logp_ref)).mean()
+
+
+def _grpo_maximised(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return _token_mean(s - beta * _k3(logp, logp_ref), mask)
+
+
+_GRPO_SLIPS = (
+    Slip("the loss is minimised: it is minus the clipped objective (plus the KL term)",
+         _grpo_maximised),
+    Slip("take the minimum of the unclipped and the clipped term: clipping alone lets a "
+         "negative advantage's ratio run off", _grpo_no_min),
+    Slip("clip the ratio to [1 - clip_eps, 1 + clip_eps] in the second term", _grpo_no_clip),
+    Slip("the pessimistic bound is the minimum of the two terms, not the maximum", _grpo_max),
+    Slip("the KL term is the k3 estimator exp(ref - logp) - (ref - logp) - 1, not logp - ref",
+         _grpo_k1),
+    Slip("the KL penalty is added to the loss (beta * k3), not subtracted", _grpo_kl_sign),
+    Slip("average over every response token of the batch (mask.sum()), not per sequence first",
+         _grpo_sequence),
+    Slip("tokens after a response's end (mask False) count for nothing", _grpo_unmasked),
+)
+
+
+# 6. hacking_prediction --------------------------------------------------------------------------
+
+
+def hacking_prediction() -> str:
+    """Reference: what GRPO with the format-only reward did to pass@1 (section 3's run)."""
+    return "b"
+
+
+_HACKING_SLIPS = (
+    Slip("look at what the format reward pays for, and at its value before training: how many "
+         "groups have rewards that differ?", lambda: "a"),
+    Slip("look at what the format reward pays for, and at its value before training: how many "
+         "groups have rewards that differ?", lambda: "c"),
+    Slip("look at what the format reward pays for, and at its value before training: how many "
+         "groups have rewards that differ?", lambda: "d"),
+)
+
+
+EXERCISES = {ex.id: ex for ex in [
+    Exercise(id="reasoning.majority_vote", reference=reasoning.majority_vote,
+             cases=_majority_cases, slips=_MAJORITY_SLIPS, call=each_call),
+    Exercise(id="reasoning.pass_at_k", reference=reasoning.pass_at_k, cases=_pass_cases,
+             slips=_PASS_SLIPS, forbidden=(reasoning.pass_at_k_curve,)),
+    Exercise(id="reasoning.group_advantages", reference=rl.group_advantages, cases=_adv_cases,
+             slips=_ADV_SLIPS, diagnose=_adv_diagnose),
+    Exercise(id="reasoning.rloo_advantages", reference=rl.rloo_advantages, cases=_adv_cases,
+             slips=_RLOO_SLIPS),
+    Exercise(id="reasoning.grpo_loss", reference=rl.grpo_loss, cases=_grpo_cases,
+             slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,)),
+    Exercise(id="reasoning.hacking_prediction", reference=hacking_prediction,
+             cases=answer_case, call=choice, slips=_HACKING_SLIPS),
+]}

@@ -1,0 +1,358 @@
+r"""Reasoning tasks and verifiers: a counter that clips at its bounds, chains of thought, many samples.
+
+Taught in chapter 9 (reasoning), sections 1 to 3. The task is **state tracking**: a count starts
+at a digit and takes :math:`k` signed changes, and after each one it is clipped to
+``[LOW, HIGH] = [0, 9]``:
+
+.. math:: s_0 = \text{start}, \qquad s_i = \min(\mathrm{HIGH}, \max(\mathrm{LOW}, s_{i-1} + d_i)).
+
+Clipping makes the order matter (``9+3-3`` ends at 6, ``9-3+3`` at 9), so the answer is no sum
+that attention could add up in parallel: it needs the steps one after the other. A problem is a
+string of :data:`course_lib.arithmetic.VOCAB` read one character at a time:
+
+* answer only: ``7+3-2+1=`` :math:`\to` ``8.``
+* chain of thought: ``7+3-2+1=`` :math:`\to` ``9,7,8.`` (every clipped count; the last is the
+  answer).
+
+Section 1 trains both from scratch (:func:`train_variant`, ``scripts/train_reasoning.py``);
+section 2 samples many answers (:func:`majority_vote`, :func:`pass_at_k`); section 3 rewards
+them (:func:`correctness_reward`, :func:`format_reward`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from pathlib import Path
+
+from course_lib import arithmetic, finetune, gpt, training
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+POLICY_PATH = DATA_DIR / "reasoning_policy.pt.xz"  # scripts/train_reasoning.py --part rl
+
+LOW, HIGH = 0, 9  # the count is clipped to [LOW, HIGH] after every change
+MAX_CHANGE = 3  # changes are -3..-1 and 1..3
+VOCAB = arithmetic.VOCAB  # "0123456789+-=,."
+END = arithmetic.END
+VARIANTS = arithmetic.VARIANTS  # ("answer only", "chain of thought")
+_FORMAT = re.compile(r"[0-9](,[0-9])*\.")
+
+
+def clipped_chain(start: int, changes: Sequence[int]) -> list[int]:
+    """The counts after each change, clipped to ``[LOW, HIGH]``: :math:`s_1, \\dots, s_k`.
+
+    Example:
+        >>> clipped_chain(9, [3, -3]), clipped_chain(9, [-3, 3])
+        ([9, 6], [6, 9])
+    """
+    values, value = [], start
+    for d in changes:
+        value = min(HIGH, max(LOW, value + d))
+        values.append(value)
+    return values
+
+
+def make_problem(rng: random.Random, k: int) -> tuple[int, list[int]]:
+    """A start in ``LOW..HIGH`` and ``k`` changes in ``-MAX_CHANGE..MAX_CHANGE`` without 0.
+
+    Example:
+        >>> start, changes = make_problem(random.Random(0), 4)
+        >>> len(changes), LOW <= start <= HIGH, 0 not in changes
+        (4, True, True)
+    """
+    if k < 1:
+        raise ValueError(f"a problem has at least one change, got k={k}")
+    options = [d for d in range(-MAX_CHANGE, MAX_CHANGE + 1) if d != 0]
+    return rng.randint(LOW, HIGH), [rng.choice(options) for _ in range(k)]
+
+
+def format_problem(start: int, changes: Sequence[int]) -> str:
+    """``"7+3-2+1="``: the start, each change with its sign, then ``=``.
+
+    Example:
+        >>> format_problem(7, [3, -2, 1])
+        '7+3-2+1='
+    """
+    return str(start) + "".join(f"{'+' if d > 0 else '-'}{abs(d)}" for d in changes) + "="
+
+
+def format_target(start: int, changes: Sequence[int], chain_of_thought: bool) -> str:
+    """``"8."`` (answer only) or ``"9,7,8."`` (every clipped count, the last one the answer).
+
+    Example:
+        >>> format_target(7, [3, -2, 1], False), format_target(7, [3, -2, 1], True)
+        ('8.', '9,7,8.')
+    """
+    values = clipped_chain(start, changes)
+    shown = values if chain_of_thought else values[-1:]
+    return ",".join(str(v) for v in shown) + END
+
+
+def answer_of(start: int, changes: Sequence[int]) -> int:
+    """The final count.
+
+    Example:
+        >>> answer_of(7, [3, -2, 1])
+        8
+    """
+    return clipped_chain(start, changes)[-1]
+
+
+# -- verifiers (section 3) ----------------------------------------------------------------------
+
+
+def final_answer(completion: str) -> int | None:
+    """The answer of a completion: the last number before its first ``.`` (None without one).
+
+    Example:
+        >>> final_answer("9,7,8."), final_answer("8.5"), final_answer(",.")
+        (8, 8, None)
+    """
+    return arithmetic.extract_answer(completion.split(END)[0])
+
+
+def correctness_reward(completion: str, answer: int) -> float:
+    """The verifiable reward: 1.0 when the completion's :func:`final_answer` is ``answer``.
+
+    Example:
+        >>> correctness_reward("9,7,8.", 8), correctness_reward("9,7,7.", 8)
+        (1.0, 0.0)
+    """
+    return float(final_answer(completion) == answer)
+
+
+def format_reward(completion: str, answer: int | None = None) -> float:
+    """A format-only reward: 1.0 for digits separated by commas and ended by ``.``, right or not.
+
+    ``answer`` is ignored: this reward checks how an answer looks, not whether it is right, and
+    a policy trained on it is free to stop being right (section 3's reward hacking).
+
+    Example:
+        >>> format_reward("9,7,8."), format_reward("1."), format_reward("9,,7"), format_reward("97.")
+        (1.0, 1.0, 0.0, 0.0)
+    """
+    return float(_FORMAT.fullmatch(completion.split(END)[0] + END) is not None
+                 and END in completion)
+
+
+REWARDS = {"correct": correctness_reward, "format": format_reward}
+
+
+# -- many samples (section 2) -------------------------------------------------------------------
+
+
+def majority_vote(answers: Sequence[int | None]) -> int | None:
+    """Self-consistency (Wang et al., 2023): the most frequent answer; ties go to the one seen first.
+
+    ``None`` (a completion without an answer) never votes; with no answer at all, None.
+
+    Example:
+        >>> majority_vote([3, 5, 5, None, 3]), majority_vote([None, None]), majority_vote([2, 7])
+        (3, None, 2)
+    """
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == best)
+
+
+def pass_at_k(n: int, c: torch.Tensor | int, k: int) -> torch.Tensor:
+    r"""The unbiased estimator of pass@k (Chen et al., 2021), from ``c`` correct of ``n`` samples.
+
+    .. math:: \widehat{\text{pass@}k} = 1 - \binom{n-c}{k} \Big/ \binom{n}{k}
+              = 1 - \prod_{i=n-c+1}^{n} \left(1 - \frac{k}{i}\right)
+
+    The product never forms a binomial coefficient, so it neither overflows nor loses precision
+    at large ``n``; when ``n - c < k`` it holds the factor :math:`i = k`, which is 0: every
+    choice of ``k`` samples holds a right one, and the estimate is 1.
+
+    Args:
+        n: samples per problem; k: ``1 <= k <= n``.
+        c: ``(P,)`` (or a number): right samples of each problem, ``0 <= c <= n``.
+
+    Returns:
+        ``(P,)`` float64 (0-d for a number).
+
+    Example:
+        >>> pass_at_k(10, torch.tensor([0, 3, 9]), 2)
+        tensor([0.0000, 0.5333, 1.0000], dtype=torch.float64)
+    """
+    c = torch.as_tensor(c)
+    if not 1 <= k <= n or bool((c < 0).any()) or bool((c > n).any()):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, k={k}, c in "
+                         f"[{int(c.min())}, {int(c.max())}]")
+    i = torch.arange(1, n + 1, dtype=torch.float64)  # (n,)
+    factors = torch.where(i > (n - c.to(torch.float64))[..., None], 1.0 - k / i, 1.0)
+    return 1.0 - factors.prod(-1)
+
+
+def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[int, float]:
+    """Mean :func:`pass_at_k` over problems (``correct[p]`` of ``n`` right) for each ``k``.
+
+    Example:
+        >>> pass_at_k_curve([0, 2, 4], 4, [1, 4])
+        {1: 0.5, 4: 0.6666666666666666}
+    """
+    c = torch.tensor(list(correct))
+    return {k: float(pass_at_k(n, c, k).mean()) for k in ks}
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and its standard error (sample standard deviation over the square root of n).
+
+    Example:
+        >>> mean_and_se([1.0, 0.0, 1.0, 0.0])
+        (0.5, 0.28867513459481287)
+    """
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n)
+
+
+# -- training from scratch (section 1) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReasoningConfig:
+    """Section 1's experiment: the task, the model, the training."""
+
+    train_steps: tuple[int, ...] = tuple(range(1, 9))  # numbers of changes k in training
+    test_steps: tuple[int, ...] = tuple(range(1, 9))  # k at test time
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    steps: int = 3000  # optimiser steps
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    seed: int = 0  # initialisation and training problems
+    eval_problems: int = 500  # test problems per k
+    eval_seed: int = 12345  # test problems are drawn with this seed plus k
+
+    @property
+    def block_size(self) -> int:
+        """A chain of thought of the largest k: 2 + 2k prompt and 2k target positions."""
+        return 2 + 4 * max(*self.train_steps, *self.test_steps)
+
+
+REASONING_CONFIG = ReasoningConfig()
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text`` in :data:`VOCAB`.
+
+    Example:
+        >>> encode("7+1=")
+        [7, 10, 1, 12]
+    """
+    return arithmetic.encode(text)
+
+
+def decode(ids: Sequence[int]) -> str:
+    """The text of token ids (the inverse of :func:`encode`)."""
+    return arithmetic.decode(list(ids))
+
+
+def make_batch(rng: random.Random, ks: Sequence[int], batch_size: int, chain_of_thought: bool,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch ``x, y, mask`` (each ``(B, T)``; mask: the target's tokens), k drawn from ``ks``."""
+    pairs = []
+    for _ in range(batch_size):
+        start, changes = make_problem(rng, rng.choice(list(ks)))
+        pairs.append((format_problem(start, changes),
+                      format_target(start, changes, chain_of_thought)))
+    return finetune.encode_pairs(pairs, list(VOCAB), pad=END)
+
+
+def build_model(config: ReasoningConfig) -> gpt.GPT:
+    """A small GPT over :data:`VOCAB`, seeded with ``config.seed``."""
+    torch.manual_seed(config.seed)
+    return gpt.GPT(gpt.GPTConfig(vocab_size=len(VOCAB), block_size=config.block_size,
+                                 n_layer=config.n_layer, n_head=config.n_head,
+                                 n_embd=config.n_embd))
+
+
+def train_variant(config: ReasoningConfig, chain_of_thought: bool,
+                  device: torch.device | str = "cpu", progress: bool = False,
+                  ) -> tuple[gpt.GPT, training.History]:
+    """Train one variant from scratch with the answer-only loss on its targets."""
+    model = build_model(config).to(device)
+    rng = random.Random(config.seed)
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        while True:
+            yield tuple(t.to(device) for t in make_batch(rng, config.train_steps,
+                                                         config.batch_size, chain_of_thought))
+
+    def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y, mask = batch
+        return finetune.answer_only_loss(model(x), y, mask)
+
+    train_config = training.TrainConfig(
+        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps, schedule="cosine",
+        seed=config.seed, progress=progress,
+        desc="chain of thought" if chain_of_thought else "answer only")
+    return model, training.train(model, batches(), objective, train_config)
+
+
+def held_out_problems(k: int, n: int, seed: int) -> list[tuple[int, list[int]]]:
+    """``n`` problems with ``k`` changes drawn with ``seed + k`` (held out: training uses others).
+
+    Example:
+        >>> held_out_problems(3, 2, 0) == held_out_problems(3, 2, 0)
+        True
+    """
+    rng = random.Random(seed + k)
+    return [make_problem(rng, k) for _ in range(n)]
+
+
+@torch.no_grad()
+def greedy_accuracy(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]],
+                    chain_of_thought: bool) -> float:
+    """Exact-match accuracy of greedy completions (all problems with the same k)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    prompts = torch.tensor([encode(format_problem(s, c)) for s, c in problems], device=device)
+    k = len(problems[0][1])
+    tokens, step = prompts, model.cached_step()
+    for _ in range(2 * k if chain_of_thought else 2):
+        tokens = torch.cat([tokens, step(tokens).argmax(-1, keepdim=True)], dim=1)
+    model.train(was_training)
+    completions = [decode(row) for row in tokens[:, prompts.shape[1]:].tolist()]
+    return sum(final_answer(t) == answer_of(s, c)
+               for t, (s, c) in zip(completions, problems)) / len(problems)
+
+
+def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
+    """Section 2's starting policy: the shipped chain-of-thought GPT of ``scripts/train_reasoning.py``.
+
+    A GPT trained for only a few hundred steps on chains of thought (seed 0 of ``--part rl``),
+    so that it is right often, but far from always; shipped in half precision, loaded in float32.
+    """
+    import io
+    import lzma
+
+    if not POLICY_PATH.is_file():
+        raise FileNotFoundError(f"{POLICY_PATH} not found; run scripts/train_reasoning.py --part rl")
+    saved = torch.load(io.BytesIO(lzma.decompress(POLICY_PATH.read_bytes())), weights_only=True)
+    model = gpt.GPT(gpt.GPTConfig(**saved["gpt_config"]))
+    model.load_state_dict({k: v.float() for k, v in saved["state_dict"].items()})
+    return model.to(device).eval()
+
+
+def load_results(part: str) -> dict:
+    """The shipped results of ``scripts/train_reasoning.py --part cot|rl``."""
+    if part not in ("cot", "rl"):
+        raise ValueError(f"part must be 'cot' or 'rl', got {part!r}")
+    return finetune.load_json_xz(DATA_DIR / f"reasoning_{part}.json.xz",
+                                 f"scripts/train_reasoning.py --part {part}")

@@ -1,0 +1,354 @@
+r"""Reinforcement learning with verifiable rewards: rollouts, advantages, the GRPO loss, training.
+
+Taught in chapter 9 (reasoning), sections 3 and 4. A policy (a :class:`course_lib.gpt.GPT`)
+samples a *group* of :math:`G` completions for each prompt (:func:`rollouts`), a verifier scores
+each (:mod:`course_lib.reasoning`), and the policy's log-probabilities of its own tokens are
+pushed up where the reward beat the group's and down where it fell short.
+
+* REINFORCE with a baseline: :math:`\nabla J = \mathbb E[(r - b)\,\nabla \log \pi(y|x)]`; the
+  leave-one-out baseline (:func:`rloo_advantages`) is the mean reward of the *other* samples.
+* GRPO (Shao et al., 2024): the advantage of sample :math:`i` of a group is its reward
+  normalised by the group's mean and standard deviation (:func:`group_advantages`); the loss
+  (:func:`grpo_loss`) clips the importance ratio :math:`\rho = \pi_\theta / \pi_{\text{old}}` as
+  PPO does and adds :math:`\beta` times the k3 estimate of the KL divergence to a frozen
+  reference (:func:`k3_kl`), averaged over tokens or over sequences.
+
+:func:`train_grpo` is the loop; ``scripts/train_reasoning.py`` runs it on seeds and ships the
+curves that the chapter plots.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from course_lib import gpt, reasoning, sampling
+
+END_ID = reasoning.VOCAB.index(reasoning.END)
+
+
+# -- advantages --------------------------------------------------------------------------------
+
+
+def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    r"""GRPO's advantages: each reward minus its group's mean, over the group's standard deviation.
+
+    .. math:: A_{p,i} = \frac{r_{p,i} - \operatorname{mean}_j r_{p,j}}{\operatorname{std}_j r_{p,j}}
+
+    with the sample standard deviation (``torch.std``'s default, :math:`G - 1` below). A group
+    whose rewards are all equal (all right or all wrong) teaches nothing: its advantages are 0,
+    never 0/0.
+
+    Args:
+        rewards: ``(P, G)``: ``G`` samples for each of ``P`` prompts, float.
+
+    Returns:
+        ``(P, G)`` in the rewards' dtype.
+
+    Example:
+        >>> group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]]))
+        tensor([[ 0.8660, -0.8660, -0.8660,  0.8660],
+                [ 0.0000,  0.0000,  0.0000,  0.0000]])
+    """
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
+                         f"shape {tuple(rewards.shape)}")
+    centred = rewards - rewards.mean(1, keepdim=True)
+    std = rewards.std(1, keepdim=True)
+    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0)
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    r"""REINFORCE leave-one-out: each reward minus the mean of the *other* rewards of its group.
+
+    .. math:: A_{p,i} = r_{p,i} - \frac{1}{G-1}\sum_{j \ne i} r_{p,j}
+              = \frac{G}{G-1}\left(r_{p,i} - \operatorname{mean}_j r_{p,j}\right)
+
+    The baseline does not depend on sample :math:`i`, so the gradient stays unbiased.
+
+    Example:
+        >>> rloo_advantages(torch.tensor([[1.0, 0.0, 0.0]]))
+        tensor([[ 1.0000, -0.5000, -0.5000]])
+    """
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
+                         f"shape {tuple(rewards.shape)}")
+    g = rewards.shape[1]
+    return (rewards - rewards.mean(1, keepdim=True)) * (g / (g - 1))
+
+
+ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "group": group_advantages, "rloo": rloo_advantages}
+
+
+# -- the loss ----------------------------------------------------------------------------------
+
+
+def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    r"""Schulman's k3 estimate of :math:`\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})` per token.
+
+    .. math:: k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log\frac{\pi_{\text{ref}}}{\pi_\theta} - 1
+              \;\ge 0
+
+    Unbiased for tokens sampled from :math:`\pi_\theta`, and never negative.
+
+    Example:
+        >>> k3_kl(torch.tensor([-1.0, -2.0]), torch.tensor([-1.0, -1.0]))
+        tensor([0.0000, 0.7183])
+    """
+    d = logp_ref - logp
+    return d.exp() - d - 1
+
+
+def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+              beta: float = 0.04, level: str = "token") -> torch.Tensor:
+    r"""The GRPO loss (to minimise) of a batch of sampled completions.
+
+    Per response token :math:`t` of sequence :math:`b`, with
+    :math:`\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})`:
+
+    .. math:: \ell_{b,t} = -\min\!\left(\rho A_b,\;
+              \operatorname{clip}(\rho, 1-\epsilon, 1+\epsilon) A_b\right)
+              + \beta\, k_3(\pi_\theta, \pi_{\text{ref}})_{b,t}
+
+    ``level="token"`` averages over every response token of the batch (each token weighs the
+    same: DAPO's choice); ``"sequence"`` averages each sequence's tokens, then the sequences
+    (DeepSeekMath's: a long response's tokens weigh less each). With :math:`\rho = 1` and
+    :math:`\beta = 0` its gradient is REINFORCE's, :math:`-A_b \nabla \log \pi_\theta` per token.
+
+    Args:
+        logp: ``(B, N)`` log-probabilities of the sampled tokens under the policy (with grad).
+        logp_old: ``(B, N)`` the same under the policy that sampled them (no grad).
+        logp_ref: ``(B, N)`` the same under the frozen reference.
+        advantages: ``(B,)`` one advantage per sequence.
+        mask: ``(B, N)`` bool, True at response tokens (False after the end).
+        clip_eps, beta: :math:`\epsilon` and :math:`\beta`.
+
+    Returns:
+        A 0-d tensor.
+
+    Example:
+        >>> lp = torch.zeros(1, 2)
+        >>> grpo_loss(lp, lp, lp, torch.tensor([2.0]), torch.tensor([[True, False]]))
+        tensor(-2.)
+    """
+    if level not in ("token", "sequence"):
+        raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+    if not (logp.shape == logp_old.shape == logp_ref.shape == mask.shape and logp.dim() == 2
+            and advantages.shape == logp.shape[:1]):
+        raise ValueError(f"logp, logp_old, logp_ref and mask must be (B, N) and advantages (B,); "
+                         f"got {tuple(logp.shape)}, {tuple(logp_old.shape)}, "
+                         f"{tuple(logp_ref.shape)}, {tuple(mask.shape)} and "
+                         f"{tuple(advantages.shape)}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool, got {mask.dtype}")
+    ratio = (logp - logp_old).exp()
+    a = advantages[:, None]
+    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    per_token = -surrogate + beta * k3_kl(logp, logp_ref)
+    m = mask.to(per_token.dtype)
+    if level == "token":
+        return (per_token * m).sum() / m.sum()
+    return ((per_token * m).sum(1) / m.sum(1).clamp(min=1)).mean()
+
+
+# -- rollouts ----------------------------------------------------------------------------------
+
+
+def response_mask(tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """``(B, N)``: True at the response's tokens up to and including its first ``.``.
+
+    Example:
+        >>> t = torch.tensor([reasoning.encode("7+1=8...")])
+        >>> response_mask(t, 4).int().tolist()
+        [[1, 1, 0, 0]]
+    """
+    response = tokens[:, prompt_length:]
+    ended = (response == END_ID).long().cumsum(1)
+    return (ended == 0) | ((ended == 1) & (response == END_ID))
+
+
+def token_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """``(B, N)``: the log-probability of each response token given everything before it."""
+    logits = model(tokens[:, :-1])  # (B, T-1, V)
+    logp = F.log_softmax(logits.float(), -1).gather(-1, tokens[:, 1:, None])[..., 0]
+    return logp[:, prompt_length - 1:]
+
+
+def prompts_of(problems: Sequence[tuple[int, list[int]]], device: torch.device | str = "cpu",
+               ) -> torch.Tensor:
+    """``(P, L)`` the encoded prompts of problems that all have the same number of changes."""
+    return torch.tensor([reasoning.encode(reasoning.format_problem(s, c)) for s, c in problems],
+                        device=device)
+
+
+@torch.no_grad()
+def rollouts(model: gpt.GPT, prompts: torch.Tensor, max_new_tokens: int,
+             generator: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
+    """``(B, L + n)``: each prompt followed by a sampled completion, ``.``-padded after its end."""
+    was_training = model.training
+    model.eval()
+    out = sampling.sample(model.cached_step(), prompts, max_new_tokens, generator,
+                          temperature=temperature, eos_id=END_ID)
+    model.train(was_training)
+    return out
+
+
+def completions_of(tokens: torch.Tensor, prompt_length: int) -> list[str]:
+    """The response texts, up to and including the first ``.``."""
+    texts = []
+    for row in tokens[:, prompt_length:].tolist():
+        text = reasoning.decode(row)
+        texts.append(text[:text.index(reasoning.END) + 1] if reasoning.END in text else text)
+    return texts
+
+
+@torch.no_grad()
+def sample_completions(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]], n: int,
+                       seed: int = 0, temperature: float = 1.0, max_rows: int = 4096,
+                       ) -> list[list[str]]:
+    """``n`` sampled completions per problem (all problems with the same number of changes)."""
+    k = len(problems[0][1])
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    prompts = prompts_of(problems, device).repeat_interleave(n, 0)
+    texts: list[str] = []
+    for i in range(0, len(prompts), max_rows):
+        tokens = rollouts(model, prompts[i:i + max_rows], 2 * k + 2, generator, temperature)
+        texts += completions_of(tokens, prompts.shape[1])
+    return [texts[p * n:(p + 1) * n] for p in range(len(problems))]
+
+
+def sample_answers(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]], n: int,
+                   seed: int = 0, temperature: float = 1.0) -> list[list[int | None]]:
+    """The :func:`course_lib.reasoning.final_answer` of :func:`sample_completions`."""
+    return [[reasoning.final_answer(t) for t in row]
+            for row in sample_completions(model, problems, n, seed, temperature)]
+
+
+def correct_counts(answers: Sequence[Sequence[int | None]],
+                   problems: Sequence[tuple[int, list[int]]]) -> list[int]:
+    """How many of each problem's sampled answers are right.
+
+    Example:
+        >>> correct_counts([[8, 8, None], [1, 2, 3]], [(7, [3, -2, 1]), (0, [1])])
+        [2, 1]
+    """
+    return [sum(a == reasoning.answer_of(s, c) for a in row)
+            for row, (s, c) in zip(answers, problems)]
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Section 4's training run."""
+
+    k: int = 6  # changes per problem
+    steps: int = 120  # optimiser batches of rollouts
+    prompts_per_step: int = 16  # P
+    group_size: int = 8  # G samples per prompt
+    inner_steps: int = 2  # gradient steps on each batch of rollouts (the ratio leaves 1 after one)
+    lr: float = 2e-4  # AdamW
+    clip_eps: float = 0.2
+    beta: float = 0.04  # weight of the k3 KL to the reference
+    temperature: float = 1.0
+    reward: str = "correct"  # a key of reasoning.REWARDS
+    advantage: str = "group"  # a key of ADVANTAGES
+    level: str = "token"  # grpo_loss's averaging
+    seed: int = 0
+
+    @property
+    def max_new_tokens(self) -> int:
+        """A chain of ``k`` digits and commas, its end, and one token to spare."""
+        return 2 * self.k + 2
+
+
+def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
+               progress: bool = False) -> dict[str, list[float]]:
+    """Train ``policy`` in place with GRPO; ``reference`` stays frozen.
+
+    Returns, per step: ``reward`` (the mean reward trained on), ``correct`` (the share of right
+    answers among the rollouts, whatever the reward), ``format``, ``kl`` (k3 per response
+    token), ``length`` (response tokens), ``clipped`` (the share of tokens whose ratio was
+    clipped, last inner step), ``zero_groups`` (groups with equal rewards) and ``seconds``.
+    """
+    from tqdm import tqdm
+
+    reward_fn = reasoning.REWARDS[config.reward]
+    advantage_fn = ADVANTAGES[config.advantage]
+    device = next(policy.parameters()).device
+    rng = random.Random(config.seed)
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
+    history: dict[str, list[float]] = {key: [] for key in (
+        "reward", "correct", "format", "kl", "length", "clipped", "zero_groups")}
+    start = time.perf_counter()
+    for _ in tqdm(range(config.steps), disable=not progress, desc="GRPO"):
+        problems = [reasoning.make_problem(rng, config.k) for _ in range(config.prompts_per_step)]
+        prompts = prompts_of(problems, device).repeat_interleave(config.group_size, 0)
+        L = prompts.shape[1]
+        tokens = rollouts(policy, prompts, config.max_new_tokens, generator, config.temperature)
+        texts = completions_of(tokens, L)
+        answers = [reasoning.answer_of(s, c) for s, c in problems
+                   for _ in range(config.group_size)]
+        rewards = torch.tensor([reward_fn(t, a) for t, a in zip(texts, answers)], device=device)
+        grouped = rewards.view(-1, config.group_size)
+        advantages = advantage_fn(grouped).flatten()
+        mask = response_mask(tokens, L)
+        with torch.no_grad():
+            logp_old = token_logprobs(policy, tokens, L)
+            logp_ref = token_logprobs(reference, tokens, L)
+        for _ in range(config.inner_steps):
+            logp = token_logprobs(policy, tokens, L)
+            loss = grpo_loss(logp, logp_old, logp_ref, advantages, mask, config.clip_eps,
+                             config.beta, config.level)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            optimizer.step()
+        with torch.no_grad():
+            m = mask.float()
+            ratio = (logp.detach() - logp_old).exp()
+            clipped = ((ratio - 1).abs() > config.clip_eps).float()
+            history["kl"].append(float((k3_kl(logp_old, logp_ref) * m).sum() / m.sum()))
+            history["clipped"].append(float((clipped * m).sum() / m.sum()))
+        history["reward"].append(float(rewards.mean()))
+        history["correct"].append(sum(reasoning.correctness_reward(t, a)
+                                      for t, a in zip(texts, answers)) / len(texts))
+        history["format"].append(sum(map(reasoning.format_reward, texts)) / len(texts))
+        history["length"].append(float(mask.sum(1).float().mean()))
+        history["zero_groups"].append(float((grouped.std(1) == 0).float().mean()))
+    history["seconds"] = [time.perf_counter() - start]
+    return history
+
+
+def pass_at_1_and_se(correct: Sequence[int], n: int) -> tuple[float, float]:
+    """pass@1 (the mean share of right samples per problem) and its standard error over problems.
+
+    Example:
+        >>> pass_at_1_and_se([4, 0], 4)
+        (0.5, 0.5)
+    """
+    return reasoning.mean_and_se([c / n for c in correct])
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Mean and standard error across seeds, with the values.
+
+    Example:
+        >>> summary([0.5, 0.7])["mean"]
+        0.6
+    """
+    mean, se = reasoning.mean_and_se(values)
+    return {"mean": round(mean, 12), "se": se, "values": list(values),
+            "sd": se * math.sqrt(len(values))}

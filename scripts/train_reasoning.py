@@ -1,0 +1,130 @@
+"""Train chapter 9's experiments and ship their results (not a test).
+
+``--part cot`` (section 1): two small GPTs from scratch on the clipped counter
+(:mod:`course_lib.reasoning`), one with answer-only targets and one with every clipped count
+written out, with :data:`course_lib.reasoning.REASONING_CONFIG` and ``--steps`` optimiser
+steps; greedy exact-match accuracy at every test k goes to
+``course_lib/data/reasoning_cot.json.xz``.
+
+``--part rl`` (sections 2 to 5): one starting policy trained briefly with the chain-of-thought
+targets (``--sft-steps``, seed 0), then for each seed GRPO (:func:`course_lib.rl.train_grpo`) with
+the correctness reward; for seed 0 also GRPO with the format-only reward. Before and after, ``--samples`` answers to each of ``--problems``
+held-out problems give pass@1 (with its standard error over problems) and pass@k; the curves of
+training and the samples' counts go to ``course_lib/data/reasoning_rl.json.xz``, and seed 0's
+starting policy (half precision) to ``course_lib/data/reasoning_policy.pt.xz``, which the
+chapter samples from. Provenance, commands and cost: ``course_lib/data/REASONING.md``.
+
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part cot
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part rl
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import lzma
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from course_lib import finetune, reasoning, rl  # noqa: E402
+
+
+def part_cot(steps: int, seeds: list[int]) -> dict:
+    config = replace(reasoning.REASONING_CONFIG, steps=steps)
+    out: dict = {"config": asdict(config), "seeds": seeds, "accuracy": {}, "final_loss": {},
+                 "seconds": {}}
+    for cot in (False, True):
+        name = reasoning.VARIANTS[int(cot)]
+        out["accuracy"][name], out["final_loss"][name], out["seconds"][name] = {}, {}, {}
+        for seed in seeds:
+            model, history = reasoning.train_variant(replace(config, seed=seed), cot)
+            out["accuracy"][name][str(seed)] = {
+                str(k): reasoning.greedy_accuracy(
+                    model, reasoning.held_out_problems(k, config.eval_problems, config.eval_seed), cot)
+                for k in config.test_steps}
+            out["final_loss"][name][str(seed)] = sum(history.train_loss[-50:]) / 50
+            out["seconds"][name][str(seed)] = history.seconds
+            print(name, seed, out["accuracy"][name][str(seed)], flush=True)
+    return out
+
+
+def evaluate(model, problems, n: int, seed: int) -> dict:
+    answers = rl.sample_answers(model, problems, n, seed=seed)
+    correct = rl.correct_counts(answers, problems)
+    p1, se = rl.pass_at_1_and_se(correct, n)
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
+    votes = {}
+    for m in ks:
+        voted = [reasoning.majority_vote(row[:m]) for row in answers]
+        votes[str(m)] = sum(v == reasoning.answer_of(s, c)
+                            for v, (s, c) in zip(voted, problems)) / len(problems)
+    return {"pass1": p1, "pass1_se": se, "correct": correct,
+            "pass_at_k": {str(k): v for k, v in reasoning.pass_at_k_curve(correct, n, ks).items()},
+            "majority": votes}
+
+
+def part_rl(args: argparse.Namespace) -> dict:
+    grpo = replace(rl.GRPOConfig(), steps=args.rl_steps, lr=args.lr)
+    sft = replace(reasoning.REASONING_CONFIG, steps=args.sft_steps)
+    problems = reasoning.held_out_problems(grpo.k, args.problems, 54321)
+    out: dict = {"sft_config": asdict(sft), "grpo_config": asdict(grpo), "samples": args.samples,
+                 "problems": args.problems, "eval_seed": 54321, "runs": {}}
+    start = time.perf_counter()
+    policy, _ = reasoning.train_variant(sft, True)  # one starting policy (seed 0), shipped
+    out["sft_seconds"] = time.perf_counter() - start
+    buffer = io.BytesIO()
+    torch.save({"config": asdict(sft), "gpt_config": asdict(policy.config),
+                "state_dict": {k: v.half() for k, v in policy.state_dict().items()}}, buffer)
+    reasoning.POLICY_PATH.write_bytes(lzma.compress(buffer.getvalue()))
+    policy.load_state_dict({k: v.half().float() for k, v in policy.state_dict().items()})
+    for seed in args.seeds:
+        before = evaluate(policy, problems, args.samples, seed=1000 + seed)
+        print("seed", seed, "before", before["pass1"], flush=True)
+        variants = [("correct", grpo)]
+        if seed == args.seeds[0]:
+            variants += [("format", replace(grpo, reward="format"))]
+        for name, config in variants:
+            trained = copy.deepcopy(policy)
+            history = rl.train_grpo(trained, policy, replace(config, seed=seed))
+            after = evaluate(trained, problems, args.samples, seed=2000 + seed)
+            print("seed", seed, name, "after", after["pass1"], history["seconds"], flush=True)
+            out["runs"][f"{name}/{seed}"] = {"reward": name, "seed": seed, "level": config.level,
+                                             "history": history, "after": after,
+                                             "before": before}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("cot", "rl"), required=True)
+    parser.add_argument("--steps", type=int, default=3000, help="cot: optimiser steps")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--sft-steps", type=int, default=600)
+    parser.add_argument("--rl-steps", type=int, default=120)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--problems", type=int, default=200)
+    parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: course_lib/data/reasoning_<part>.json.xz")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    results = part_cot(args.steps, args.seeds[:1]) if args.part == "cot" else part_rl(args)
+    results["command"] = ("nice -n 10 .venv/bin/python scripts/train_reasoning.py "
+                          + " ".join(argv if argv is not None else sys.argv[1:]))
+    results["torch"] = torch.__version__
+    results["total_seconds"] = time.perf_counter() - start
+    path = args.out or reasoning.DATA_DIR / f"reasoning_{args.part}.json.xz"
+    finetune.save_json_xz(results, path)
+    print(f"wrote {path}; total {results['total_seconds']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Chapter 9's measured sentences, asserted from the executed book's glued values.
+
+Each test names the sentence it guards. Values read from the shipped result files
+(``course_lib/data/reasoning_cot.json.xz`` and ``reasoning_rl.json.xz``, made by
+``scripts/train_reasoning.py``) are fixed by those files; the live ones (section 2's samples of the
+shipped policy, the gradient check) are measured by the chapter itself, in full mode, seed 0, on a
+shared 2-core CPU (values at the time of writing in the comments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import glued_float
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book"), pytest.mark.ch09]
+
+SLUG = "09-reasoning"
+
+
+def value(name: str) -> float:
+    return glued_float(SLUG, name)
+
+
+def test_answering_directly_fails_as_steps_grow_and_the_chain_does_not(
+        built_book: Path) -> None:
+    """Section 1: both right at k = 1; answering directly "loses accuracy with every change
+    added" (k = 4, 6, 8); the chain "is right at every k up to 8 (at least X)"; "far above a
+    guess (10%)". Values from reasoning_cot.json.xz (3,000 steps, seed 0)."""
+    assert value("ch9_ao_k1") > 0.98 and value("ch9_cot_k1") > 0.98  # 1.0, 1.0
+    ao = [value(f"ch9_ao_k{k}") for k in (1, 4, 6, 8)]  # 1.0, .986, .924, .832
+    assert all(a > b for a, b in zip(ao, ao[1:]))
+    assert value("ch9_ao_k8") > 0.5  # far above a guess
+    assert value("ch9_cot_min") > 0.99  # 1.0 at every k
+    assert value("ch9_cot_k8") - value("ch9_ao_k8") > 0.1
+    assert value("ch9_cot_steps") == 3000
+
+
+def test_many_samples(built_book: Path) -> None:
+    """Section 2: pass@1 of the starting policy, pass@n for all n samples; the majority vote
+    "barely moves" from one sample to n "while pass@k climbs"."""
+    assert value("ch9_live_samples") == 32 and value("ch9_live_problems") == 64
+    assert 0.2 < value("ch9_live_pass1") < 0.6  # 0.344
+    assert value("ch9_live_passn") > 0.85  # 0.953
+    assert abs(value("ch9_live_voten") - value("ch9_live_vote1")) < 0.15  # 0.484, 0.438
+    assert value("ch9_live_passn") - value("ch9_live_pass1") > 0.3
+    assert value("ch9_live_format") > 0.9  # 0.979: exercise 6's hint
+
+
+def test_the_format_only_reward_leaves_accuracy_where_it_was(built_book: Path) -> None:
+    """Section 3: the format reward starts and ends near 1; most groups have equal rewards;
+    pass@1 moves from X to Y with a standard error of at most Z, "the goal did not move" (and
+    exercise 6's answer, b); "the correctness reward moves it by several points"."""
+    assert value("ch9_fmt_reward_first") > 0.95 and value("ch9_fmt_reward_last") > 0.95
+    assert value("ch9_fmt_zero_groups") > 0.8  # 0.95
+    gap = abs(value("ch9_fmt_pass1_after") - value("ch9_fmt_pass1_before"))  # 0.008
+    assert gap < 2 * value("ch9_fmt_pass1_se")  # within noise
+    assert value("ch9_rl_gain_min") > 3 * gap
+
+
+def test_grpo_gradient_is_reinforce(built_book: Path) -> None:
+    """Section 4: at ratio 1 with the policy equal to the reference the gradient is REINFORCE's."""
+    assert value("ch9_reinforce_diff") < 1e-12
+
+
+def test_grpo_improves_pass_at_1_over_seeds_and_sharpens(built_book: Path) -> None:
+    """Section 5: pass@1 from X to Y over two seeds, the gain of every seed between A and B,
+    each more than twice the largest standard error; "at large k the order flips": pass@32
+    falls; the majority vote "barely moves"; the KL grows; the length stays at 2k = 12."""
+    assert value("ch9_rl_seeds") >= 2 and value("ch9_rl_steps") == 120
+    se = value("ch9_rl_pass1_se")  # 0.028
+    assert value("ch9_rl_gain_min") > 2 * se  # 0.062 > 0.056
+    assert value("ch9_rl_pass1_after") > value("ch9_rl_pass1_before") + 2 * se
+    assert value("ch9_rl_topk") == 32
+    assert value("ch9_rl_passk_after") < value("ch9_rl_passk_before") - 0.03  # 0.895 < 0.973
+    assert abs(value("ch9_rl_vote_after") - value("ch9_rl_vote_before")) < 0.05
+    assert value("ch9_rl_kl_last") > 0.05  # 0.145
+    assert abs(value("ch9_rl_length_first") - 12) < 0.5
+    assert abs(value("ch9_rl_length_last") - 12) < 0.5
+    assert 1 < value("ch9_rl_minutes") < 10  # 3.1
+
+
+def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:
+    assert value("ch9_seconds") < 60

@@ -1,0 +1,84 @@
+"""course_lib.reasoning and course_lib.rl: the task, the verifiers, rollouts, the shipped files."""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from course_lib import reasoning, rl
+
+pytestmark = pytest.mark.ch09
+
+
+def test_clipping_makes_the_order_matter() -> None:
+    assert reasoning.clipped_chain(9, [3, -3]) == [9, 6]
+    assert reasoning.clipped_chain(9, [-3, 3]) == [6, 9]
+    rng = random.Random(0)
+    for _ in range(200):
+        start, changes = reasoning.make_problem(rng, rng.randint(1, 8))
+        chain = reasoning.clipped_chain(start, changes)
+        assert all(reasoning.LOW <= v <= reasoning.HIGH for v in chain)
+        text = reasoning.format_target(start, changes, True)
+        assert reasoning.final_answer(text) == chain[-1] == reasoning.answer_of(start, changes)
+        assert reasoning.format_reward(text) == 1.0
+        assert reasoning.correctness_reward(text, chain[-1]) == 1.0
+
+
+def test_the_format_reward_ignores_the_answer() -> None:
+    assert reasoning.format_reward("3,4,5.", 9) == 1.0
+    assert reasoning.correctness_reward("3,4,5.", 9) == 0.0
+    for bad in ("", ".", "3,4", "3,,4.", "34.", "3+4.", ",3."):
+        assert reasoning.format_reward(bad) == 0.0, bad
+
+
+def test_prompts_fit_the_model() -> None:
+    config = reasoning.REASONING_CONFIG
+    start, changes = reasoning.make_problem(random.Random(1), max(config.train_steps))
+    text = reasoning.format_problem(start, changes) + reasoning.format_target(start, changes, True)
+    assert len(text) <= config.block_size
+
+
+def test_response_mask_and_log_probs() -> None:
+    torch.manual_seed(0)
+    model = reasoning.build_model(reasoning.REASONING_CONFIG)
+    prompts = rl.prompts_of(reasoning.held_out_problems(3, 4, seed=0))
+    tokens = rl.rollouts(model, prompts, 8, torch.Generator().manual_seed(0))
+    L = prompts.shape[1]
+    mask = rl.response_mask(tokens, L)
+    for row, m in zip(tokens[:, L:].tolist(), mask.tolist()):
+        end = row.index(rl.END_ID) + 1 if rl.END_ID in row else len(row)
+        assert m == [True] * end + [False] * (len(row) - end)
+    logp = rl.token_logprobs(model, tokens, L)
+    with torch.no_grad():
+        full = torch.log_softmax(model(tokens[:, :-1]), -1)
+    b, t = 1, 2
+    assert logp[b, t].item() == pytest.approx(full[b, L - 1 + t, tokens[b, L + t]].item(), abs=1e-6)
+
+
+def test_a_few_grpo_steps_run_and_leave_the_reference_alone() -> None:
+    model = reasoning.build_model(reasoning.REASONING_CONFIG)
+    reference = copy.deepcopy(model)
+    before = [p.clone() for p in reference.parameters()]
+    history = rl.train_grpo(model, reference, rl.GRPOConfig(steps=2, prompts_per_step=2,
+                                                            group_size=4))
+    assert len(history["reward"]) == 2 and all(0 <= v <= 1 for v in history["correct"])
+    assert all(torch.equal(a, b) for a, b in zip(before, reference.parameters()))
+
+
+def test_the_shipped_files_were_made_with_the_modules_configurations() -> None:
+    cot = reasoning.load_results("cot")
+    expected = asdict(reasoning.REASONING_CONFIG)
+    for key in ("train_steps", "test_steps", "n_layer", "n_head", "n_embd", "batch_size", "lr"):
+        assert tuple(cot["config"][key]) == tuple(expected[key]) if isinstance(
+            expected[key], tuple) else cot["config"][key] == expected[key], key
+    runs = reasoning.load_results("rl")
+    grpo = asdict(rl.GRPOConfig())
+    for key in ("k", "prompts_per_step", "group_size", "inner_steps", "clip_eps", "beta",
+                "temperature"):
+        assert runs["grpo_config"][key] == grpo[key], key
+    policy = reasoning.load_policy()
+    assert policy.config.vocab_size == len(reasoning.VOCAB)
