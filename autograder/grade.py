@@ -27,9 +27,8 @@ import sys
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from autograder import __version__
 from autograder.chapter_spec import ChapterSpec, load_chapter_spec
@@ -39,7 +38,7 @@ from autograder.report import (plot_distribution, render_feedback, write_gradebo
 from autograder.sandbox import INPUTS_FOLDER
 from autograder.submissions import (InvalidSubmission, SkippedEntry, discover, extract_zip,
                                     load_notebook, printable, read_roster, RosterError)
-from course_lib.exercises._common import SECRET_ENV
+from course_lib.exercises._common import using_secret
 
 
 def safe_name(student_id: str) -> str:
@@ -276,24 +275,6 @@ def _write_similarity(out: Path, spec: ChapterSpec, code: dict[str, dict[str, st
     return len(report.flags)
 
 
-@contextmanager
-def _run_secret() -> Iterator[None]:
-    """This grading run's secret, mixed into every hidden case's seed while the inputs are built.
-
-    Drawn here, in the trusted process, and never passed to a sandbox (``--clearenv``): nobody
-    can know the hidden inputs before the run.
-    """
-    old = os.environ.get(SECRET_ENV)
-    os.environ[SECRET_ENV] = secrets.token_hex(16)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(SECRET_ENV, None)
-        else:
-            os.environ[SECRET_ENV] = old
-
-
 def _prepare_sandbox_course(spec: ChapterSpec, course_dir: Path, judge) -> None:
     """course_lib for the sandbox (no exercise module, no answer's body) and the hidden inputs."""
     from course_lib import grading
@@ -304,7 +285,9 @@ def _prepare_sandbox_course(spec: ChapterSpec, course_dir: Path, judge) -> None:
     inputs = course_dir / INPUTS_FOLDER
     if inputs.exists():
         shutil.rmtree(inputs)
-    with _run_secret():
+    # This run's secret, drawn here and never passed to a sandbox (--clearenv): nobody can know
+    # the hidden inputs before the run.
+    with using_secret(secrets.token_hex(16)):
         judge.write_inputs(inputs, list(grading.chapter_exercises(spec.exercise_chapter)))
     for path in [inputs, *inputs.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

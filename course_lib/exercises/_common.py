@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -37,6 +38,29 @@ def case_secret() -> str:
     if not _PROCESS_SECRET:
         _PROCESS_SECRET.append(secrets.token_hex(16))
     return _PROCESS_SECRET[0]
+
+
+@contextmanager
+def using_secret(value: str) -> Iterator[None]:
+    """Build hidden cases under the secret ``value`` inside the block (the grader's, or a test's).
+
+    Example:
+        >>> with using_secret("a"):
+        ...     a = mix(1)
+        >>> with using_secret("b"):
+        ...     b = mix(1)
+        >>> a != b
+        True
+    """
+    old = os.environ.get(SECRET_ENV)
+    os.environ[SECRET_ENV] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(SECRET_ENV, None)
+        else:
+            os.environ[SECRET_ENV] = old
 
 
 def mix(seed: int) -> int:

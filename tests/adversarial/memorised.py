@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager
 
 import torch
 
 from course_lib import grading
-from course_lib.exercises._common import SECRET_ENV
+from course_lib.exercises._common import using_secret
 
 #: The key of a call: a hash of its arguments (tensors by dtype, shape and bytes; objects by the
 #: tensors they hold; the rest by ``repr``).
@@ -63,17 +61,9 @@ def memorisable(ex: grading.Exercise) -> bool:
     return ex.cases is not grading.answer_case and ex.postprocess is None
 
 
-@contextmanager
-def secret(value: str) -> Iterator[None]:
-    old = os.environ.get(SECRET_ENV)
-    os.environ[SECRET_ENV] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(SECRET_ENV, None)
-        else:
-            os.environ[SECRET_ENV] = old
+def secret(value: str) -> ContextManager[None]:
+    """Hidden cases built under ``value`` inside the block (a student's guess, or a run's)."""
+    return using_secret(value)
 
 
 def build_table(ex: grading.Exercise) -> dict[str, str]:
