@@ -194,5 +194,6 @@ def test_chain_of_thought_helps_within_the_training_range_only(built_book: Path)
 
 
 def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:
-    """Title: "about 30 seconds on a 2-core CPU" (19 to 23 s measured; the budget is 60)."""
+    """Title: "about 40 seconds on a 2-core CPU" (43 to 54 s measured on the busy shared machine,
+    where the chapter before this edition took 42 s against 49 s for it; the budget is 60)."""
     assert value("ch8_seconds") < 60
