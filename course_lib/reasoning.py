@@ -33,6 +33,7 @@ import torch
 from pathlib import Path
 
 from course_lib import arithmetic, finetune, gpt, training
+from course_lib.checks import check_int, check_int_tensor
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 POLICY_PATH = DATA_DIR / "reasoning_policy.pt.xz"  # scripts/train_reasoning.py --part rl
@@ -185,7 +186,10 @@ def pass_at_k(n: int, c: torch.Tensor | int, k: int) -> torch.Tensor:
         >>> pass_at_k(10, torch.tensor([0, 3, 9]), 2)
         tensor([0.0000, 0.5333, 1.0000], dtype=torch.float64)
     """
-    c = torch.as_tensor(c)
+    check_int("n", n)
+    check_int("k", k)
+    c = (check_int_tensor("c", c) if isinstance(c, torch.Tensor)
+         else torch.as_tensor(check_int("c", c)))
     if not 1 <= k <= n or bool((c < 0).any()) or bool((c > n).any()):
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, k={k}, c in "
                          f"[{int(c.min())}, {int(c.max())}]")

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import gpt, reasoning, sampling
+from course_lib.checks import (check_bool_tensor, check_finite, check_float_tensor, check_ids,
+                               check_int, check_same_dtype)
 
 END_ID = reasoning.VOCAB.index(reasoning.END)
 
@@ -56,7 +58,7 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
         tensor([[ 0.8660, -0.8660, -0.8660,  0.8660],
                 [ 0.0000,  0.0000,  0.0000,  0.0000]])
     """
-    if rewards.dim() != 2 or rewards.shape[1] < 2:
+    if check_float_tensor("rewards", rewards).dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
                          f"shape {tuple(rewards.shape)}")
     centred = rewards - rewards.mean(1, keepdim=True)
@@ -76,7 +78,7 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
         >>> rloo_advantages(torch.tensor([[1.0, 0.0, 0.0]]))
         tensor([[ 1.0000, -0.5000, -0.5000]])
     """
-    if rewards.dim() != 2 or rewards.shape[1] < 2:
+    if check_float_tensor("rewards", rewards).dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
                          f"shape {tuple(rewards.shape)}")
     g = rewards.shape[1]
@@ -102,8 +104,21 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
         >>> k3_kl(torch.tensor([-1.0, -2.0]), torch.tensor([-1.0, -1.0]))
         tensor([0.0000, 0.7183])
     """
+    check_float_tensor("logp", logp)
+    check_float_tensor("logp_ref", logp_ref)
+    check_same_dtype(logp=logp, logp_ref=logp_ref)
     d = logp_ref - logp
     return d.exp() - d - 1
+
+
+def _check_sequences(name: str, tokens: torch.Tensor, vocab_size: int,
+                     prompt_length: int | None = None) -> None:
+    """``tokens`` ``(B, T)`` ids of the vocabulary; a prompt of ``1 <= prompt_length < T``."""
+    check_ids(name, tokens, vocab_size, ndim=2, shape="(B, T)")
+    if prompt_length is not None and not 1 <= check_int("prompt_length", prompt_length) < \
+            tokens.shape[1]:
+        raise ValueError(f"prompt_length must lie in [1, {tokens.shape[1]}) for {name} of shape "
+                         f"{tuple(tokens.shape)}, got {prompt_length}")
 
 
 def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
@@ -141,6 +156,13 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
     """
     if level not in ("token", "sequence"):
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+    named = {"logp": logp, "logp_old": logp_old, "logp_ref": logp_ref, "advantages": advantages}
+    for name, t in named.items():
+        check_float_tensor(name, t)
+    check_same_dtype(**named)
+    check_bool_tensor("mask", mask, shape="(B, N)")
+    check_finite("clip_eps", clip_eps)
+    check_finite("beta", beta)
     if not (logp.shape == logp_old.shape == logp_ref.shape == mask.shape and logp.dim() == 2
             and advantages.shape == logp.shape[:1]):
         raise ValueError(f"logp, logp_old, logp_ref and mask must be (B, N) and advantages (B,); "
@@ -154,6 +176,8 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
     surrogate = torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
     per_token = -surrogate + beta * k3_kl(logp, logp_ref)
     m = mask.to(per_token.dtype)
+    if not bool(mask.any()):
+        raise ValueError("mask marks no response token: the mean loss over none is 0/0")
     if level == "token":
         return (per_token * m).sum() / m.sum()
     return ((per_token * m).sum(1) / m.sum(1).clamp(min=1)).mean()
@@ -170,6 +194,7 @@ def response_mask(tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
         >>> response_mask(t, 4).int().tolist()
         [[1, 1, 0, 0]]
     """
+    _check_sequences("tokens", tokens, len(reasoning.VOCAB), prompt_length)
     response = tokens[:, prompt_length:]
     ended = (response == END_ID).long().cumsum(1)
     return (ended == 0) | ((ended == 1) & (response == END_ID))
@@ -177,6 +202,7 @@ def response_mask(tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
 
 def token_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int) -> torch.Tensor:
     """``(B, N)``: the log-probability of each response token given everything before it."""
+    _check_sequences("tokens", tokens, model.config.vocab_size, prompt_length)
     logits = model(tokens[:, :-1])  # (B, T-1, V)
     logp = F.log_softmax(logits.float(), -1).gather(-1, tokens[:, 1:, None])[..., 0]
     return logp[:, prompt_length - 1:]
@@ -193,6 +219,10 @@ def prompts_of(problems: Sequence[tuple[int, list[int]]], device: torch.device |
 def rollouts(model: gpt.GPT, prompts: torch.Tensor, max_new_tokens: int,
              generator: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
     """``(B, L + n)``: each prompt followed by a sampled completion, ``.``-padded after its end."""
+    check_ids("prompts", prompts, model.config.vocab_size, ndim=2, shape="(B, L)")
+    if prompts.shape[1] == 0:
+        raise ValueError(f"prompts must hold at least one token per row, got shape "
+                         f"{tuple(prompts.shape)}")
     was_training = model.training
     model.eval()
     out = sampling.sample(model.cached_step(), prompts, max_new_tokens, generator,
@@ -203,6 +233,7 @@ def rollouts(model: gpt.GPT, prompts: torch.Tensor, max_new_tokens: int,
 
 def completions_of(tokens: torch.Tensor, prompt_length: int) -> list[str]:
     """The response texts, up to and including the first ``.``."""
+    _check_sequences("tokens", tokens, len(reasoning.VOCAB))
     texts = []
     for row in tokens[:, prompt_length:].tolist():
         text = reasoning.decode(row)

@@ -45,9 +45,9 @@ import course_lib
 from course_lib import (alignment, attention, bpe, complexity, copying, corpus, counting, decoding,
                         distill, dpo, efficient_models, entmax, finetune, flops, gpt,
                         head_importance, linear_attention, linformer, llama, lm, longrange, lora,
-                        moe, multihead, plotting, positional, rope, sampling, scaling, seq2seq,
-                        sparse_attention, speculative, sweep, tiled_attention, training,
-                        transformer)
+                        moe, multihead, plotting, positional, reasoning, rl, rope, sampling,
+                        scaling, seq2seq, sparse_attention, speculative, sweep, tiled_attention,
+                        training, transformer)
 
 COURSE_LIB = Path(course_lib.__file__).resolve().parent
 TAUGHT = re.compile(r"\b[Tt]aught in (chapter|every chapter)")
@@ -1025,6 +1025,49 @@ CASES: dict[str, Entry] = {
         {"prompt": ("float", "0d", "extra_dim", "empty", "list"),
          "max_new_tokens": ("negative", "fraction"), "k": ("zero", "fraction"),
          "temperature": ("nan", "negative")}),
+    # chapter 9: reasoning and reinforcement learning
+    "reasoning.pass_at_k": Entry(
+        lambda: (reasoning.pass_at_k, {"n": 10, "c": torch.tensor([0, 3, 9]), "k": 2}),
+        {"c": ("float", "negative", "id_too_large"), "k": ("zero", "fraction"),
+         "n": ("fraction",)}, vocab=11),
+    **{f"rl.{name}": Entry(
+        (lambda name=name: (getattr(rl, name), {"rewards": torch.tensor([[1.0, 0.0, 1.0]] * 2)})),
+        {"rewards": ("int", "0d", "missing_dim", "list",
+                     Custom("a_group_of_one", lambda r: r[:, :1]))})
+       for name in ("group_advantages", "rloo_advantages")},
+    "rl.k3_kl": Entry(
+        lambda: (rl.k3_kl, {"logp": torch.tensor([-1.0, -2.0]),
+                            "logp_ref": torch.tensor([-1.0, -1.0])}),
+        {"logp": ("int", "list", "float64"), "logp_ref": ("int",)}),
+    "rl.grpo_loss": Entry(
+        lambda: (rl.grpo_loss, {"logp": _randn(2, 3), "logp_old": _randn(2, 3, seed=1),
+                                "logp_ref": _randn(2, 3, seed=2),
+                                "advantages": _randn(2, seed=3),
+                                "mask": torch.tensor([[True, True, False], [True, False, False]])}),
+        {"logp+logp_old+logp_ref": ("int",), "logp": ("0d", "float64", "list"),
+         "advantages": ("int", "0d"),
+         "mask": ("not_bool", Custom("no_response_token", torch.zeros_like)),
+         "beta": ("nan",)}),
+    "rl.response_mask": Entry(
+        lambda: (rl.response_mask, {"tokens": torch.tensor([reasoning.encode("7+1=8...")]),
+                                    "prompt_length": 4}),
+        {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative", "list"),
+         "prompt_length": ("zero", "fraction")}, vocab=len(reasoning.VOCAB)),
+    "rl.token_logprobs": Entry(
+        lambda: (rl.token_logprobs, {"model": _gpt(), "tokens": _ids(2, 5, vocab=V),
+                                     "prompt_length": 2}),
+        {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative"),
+         "prompt_length": ("zero", "negative")}, vocab=V),
+    "rl.rollouts": Entry(
+        lambda: (rl.rollouts, {"model": _gpt(vocab_size=len(reasoning.VOCAB)),
+                               "prompts": _ids(2, 3, vocab=len(reasoning.VOCAB)),
+                               "max_new_tokens": 2,
+                               "generator": torch.Generator().manual_seed(0)}),
+        {"prompts": ("float", "0d", "empty", "id_too_large")}, vocab=len(reasoning.VOCAB)),
+    "rl.completions_of": Entry(
+        lambda: (rl.completions_of, {"tokens": torch.tensor([reasoning.encode("7+1=8.")]),
+                                     "prompt_length": 4}),
+        {"tokens": ("float", "0d", "id_too_large", "negative")}, vocab=len(reasoning.VOCAB)),
 }
 
 
