@@ -89,13 +89,17 @@ def grade_hardened_one(spec: ChapterSpec, nb, result: dict[str, Any], judge, cou
         shutil.rmtree(records)
     per_ex, notes = run_submission(spec, plan, judge, course_dir, records, slot, limits)
     result["notes"] += notes
-    for eid, r in per_ex.items():
-        result["exercises"][eid] = {
-            "points": r.points, "max_points": r.max_points, "status": r.status,
-            "messages": r.messages, "notes": r.notes,
-            "logs": [{"label": log.label, "source": log.source, "output": log.output,
-                      "error": log.error} for log in r.logs]}
+    result["exercises"].update(exercise_results(per_ex))
     return result
+
+
+def exercise_results(per_ex: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The hardened engine's per-exercise results as the plain dicts of a result file."""
+    return {eid: {"points": r.points, "max_points": r.max_points, "status": r.status,
+                  "messages": r.messages, "notes": r.notes,
+                  "logs": [{"label": log.label, "source": log.source, "output": log.output,
+                            "error": log.error} for log in r.logs]}
+            for eid, r in per_ex.items()}
 
 
 def _read_cache(path: Path) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ from typing import Any
 from autograder import cgroups
 from autograder.paths import REPO, Chapter
 from autograder.sandbox import (RUNNER, INPUTS_FOLDER, Limits, Sandbox, SandboxDied, bwrap_path,
-                                reap_uid, slot_uid, _limit_preexec)
+                                reap_uid, slot_uid)
 
 #: The torch every bundle pins (the course's tested version, CPU wheels).
 TORCH_VERSION = "2.13.0"
@@ -245,35 +245,14 @@ class HostSandbox(Sandbox):
             "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(self.home / ".mpl"),
             "CUDA_VISIBLE_DEVICES": "", "LANG": "C.UTF-8",
         }
-        cmd_r, cmd_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        args = [sys.executable, "-s", str(self.runner or RUNNER), str(cmd_r), str(rep_w)]
-        if root:
-            args = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *args]
-        try:
-            self.proc = subprocess.Popen(
-                args, env=env, cwd=self.home, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(cmd_r, rep_w),
-                start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.cgroup))
-        except BaseException:
-            os.close(cmd_w)
-            os.close(rep_r)
-            if self.cgroup is not None:
-                self.cgroup.remove()
-                self.cgroup = None
-            raise
-        finally:
-            os.close(cmd_r)
-            os.close(rep_w)
-        self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
-        self._rep = rep_r
-        os.set_blocking(rep_r, False)
-        self._buf = b""
-        ready = self._read(self.limits.start_timeout)
-        if not ready.get("ready"):
-            self.kill()
-            raise SandboxDied("the sandbox did not start")
+        def command(cmd_r: int, rep_w: int) -> list[str]:
+            args = [sys.executable, "-s", str(self.runner or RUNNER), str(cmd_r), str(rep_w)]
+            if root:
+                args = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *args]
+            return args
+
+        self._spawn(command, env=env, cwd=self.home)
 
     def kill(self, grace: float = 0.0) -> int | None:
         code = super().kill(grace)
@@ -366,7 +345,8 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
         runner: ``"bubblewrap"`` or ``"fallback"`` (default: :func:`choose_runner`).
     """
     from autograder.chapter_spec import load_chapter_spec
-    from autograder.grade import _empty_result, _finish, _prepare_sandbox_course
+    from autograder.grade import (_empty_result, _finish, _prepare_sandbox_course,
+                                  exercise_results)
     from autograder.hardened import run_submission
     from autograder.judge import Judge
     from autograder.rebuild import plan_submission
@@ -430,12 +410,7 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
         per_ex, notes = run_submission(spec, plan, judge, course_dir, work / "records",
                                        slots[0], limits, sandbox_factory=factory)
         result["notes"] += notes
-        for eid, r in per_ex.items():
-            result["exercises"][eid] = {
-                "points": r.points, "max_points": r.max_points, "status": r.status,
-                "messages": r.messages, "notes": r.notes,
-                "logs": [{"label": log.label, "source": log.source, "output": log.output,
-                          "error": log.error} for log in r.logs]}
+        result["exercises"].update(exercise_results(per_ex))
     finally:
         for fd in fds:
             os.close(fd)

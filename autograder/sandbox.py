@@ -44,7 +44,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from autograder import cgroups
 
@@ -268,14 +268,19 @@ class Sandbox:
             raise SandboxDied("processes of an earlier sandbox of this slot would not die")
         self.cgroup = cgroups.sandbox_cgroup(f"slot{self.slot}", self.limits.memory_bytes,
                                              self.limits.cpus, self.limits.tasks)
+        self._spawn(lambda cmd_r, rep_w: bwrap_command(self.course_dir, self.slot, self.limits,
+                                                       cmd_r, rep_w))
+
+    def _spawn(self, command: Callable[[int, int], list[str]], **popen: Any) -> None:
+        """Start ``command(cmd_fd, reply_fd)`` in the sandbox's cgroup with its limits, and wait
+        until its runner says it is ready (the cgroup is removed if it cannot start)."""
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                bwrap_command(self.course_dir, self.slot, self.limits, cmd_r, rep_w),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(cmd_r, rep_w), start_new_session=True,
-                preexec_fn=_limit_preexec(self.limits, self.cgroup))
+                command(cmd_r, rep_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, pass_fds=(cmd_r, rep_w), start_new_session=True,
+                preexec_fn=_limit_preexec(self.limits, self.cgroup), **popen)
         except BaseException:
             os.close(cmd_w)
             os.close(rep_r)
