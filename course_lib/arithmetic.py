@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -180,16 +180,22 @@ def build_model(config: ArithmeticConfig) -> gpt.GPT:
 
 
 def train_variant(config: ArithmeticConfig, chain_of_thought: bool,
-                  device: torch.device | str = "cpu", progress: bool = False,
+                  device: torch.device | str = "cpu", progress: bool = False, *,
+                  model_fn: Callable[[Any], gpt.GPT] = build_model,
+                  batch_fn: Callable[..., tuple[torch.Tensor, ...]] = make_batch,
                   ) -> tuple[gpt.GPT, training.History]:
-    """Train one variant from scratch with the answer-only loss on its targets."""
-    model = build_model(config).to(device)
+    """Train one variant from scratch with the answer-only loss on its targets.
+
+    ``model_fn`` and ``batch_fn`` build the model and the batches (chapter 9's task passes its
+    own; ``config`` then needs the same training fields).
+    """
+    model = model_fn(config).to(device)
     rng = random.Random(config.seed)
 
     def batches() -> Iterator[tuple[torch.Tensor, ...]]:
         while True:
-            yield tuple(t.to(device) for t in make_batch(rng, config.train_steps,
-                                                         config.batch_size, chain_of_thought))
+            yield tuple(t.to(device) for t in batch_fn(rng, config.train_steps,
+                                                       config.batch_size, chain_of_thought))
 
     def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, y, mask = batch

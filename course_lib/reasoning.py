@@ -26,7 +26,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -288,24 +288,10 @@ def build_model(config: ReasoningConfig) -> gpt.GPT:
 def train_variant(config: ReasoningConfig, chain_of_thought: bool,
                   device: torch.device | str = "cpu", progress: bool = False,
                   ) -> tuple[gpt.GPT, training.History]:
-    """Train one variant from scratch with the answer-only loss on its targets."""
-    model = build_model(config).to(device)
-    rng = random.Random(config.seed)
-
-    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
-        while True:
-            yield tuple(t.to(device) for t in make_batch(rng, config.train_steps,
-                                                         config.batch_size, chain_of_thought))
-
-    def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        x, y, mask = batch
-        return finetune.answer_only_loss(model(x), y, mask)
-
-    train_config = training.TrainConfig(
-        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps, schedule="cosine",
-        seed=config.seed, progress=progress,
-        desc="chain of thought" if chain_of_thought else "answer only")
-    return model, training.train(model, batches(), objective, train_config)
+    """Train one variant from scratch with the answer-only loss on its targets (chapter 8's
+    loop, :func:`course_lib.arithmetic.train_variant`, on this task's batches and vocabulary)."""
+    return arithmetic.train_variant(config, chain_of_thought, device, progress,
+                                    model_fn=build_model, batch_fn=make_batch)
 
 
 def held_out_problems(k: int, n: int, seed: int) -> list[tuple[int, list[int]]]:
