@@ -92,3 +92,38 @@ def test_the_run_time_is_glued(built_book: Path) -> None:
     """The title cites the build's run time."""
     assert 0 < value("ch1_seconds") < 600
     assert set(glued(SLUG)) >= {"ch1_seconds", "ch1_acc_attention", "ch1_acc_uniform"}
+
+
+# The figures' text alternatives (each drawing cell's "mystnb" metadata) state these findings.
+
+def test_the_loss_figures_show_what_their_text_alternatives_say(built_book: Path) -> None:
+    """Sections 3, 7 and 8, the loss curves: without attention the date loss ends far below
+    log V; with attention it ends far below the loss without, on dates and on reordering."""
+    no_attention = value("ch1_final_loss_no_attention")
+    assert no_attention < value("ch1_log_v") / 3  # 0.25 vs 2.71
+    assert value("ch1_final_loss_attention") < no_attention / 5  # 0.0063
+    assert value("ch1_reorder_loss_attention") < value("ch1_reorder_loss_no_attention") / 5  # 0.007, 0.63
+
+
+def test_the_middle_kernel_width_is_closest_to_the_true_function(built_book: Path) -> None:
+    """Section 5, the kernel regression figure: h = 0.3 has the lowest root-mean-square error."""
+    middle = value("ch1_nw_rmse_middle")
+    assert middle < value("ch1_nw_rmse_narrow")  # 0.18 vs 0.26
+    assert middle < value("ch1_nw_rmse_wide")  # 0.60
+
+
+def test_each_query_weights_the_keys_near_it(built_book: Path) -> None:
+    """Section 5, the kernel weights: a diagonal band, every row's weight mostly within 2h."""
+    assert value("ch1_nw_weight_within_2h") > 0.8  # 0.91, the worst of ten rows
+
+
+def test_the_date_heatmap_reads_the_year_and_the_day(built_book: Path) -> None:
+    """Section 7, one date's attention: the year rows read the year, the day rows the day."""
+    assert value("ch1_date_year_share") > 0.7  # 0.99
+    assert value("ch1_date_day_share") > 0.7  # 0.94
+
+
+def test_the_reordering_heatmap_follows_the_diagonal(built_book: Path) -> None:
+    """Section 8, one sentence's attention: the strongest source word of (almost) every row is
+    within one position of the row's own."""
+    assert value("ch1_reorder_near_diagonal") >= 0.8  # 1.0
