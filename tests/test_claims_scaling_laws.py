@@ -42,13 +42,16 @@ def test_flop_counts(built_book: Path) -> None:
     """Section 2: the counter "agrees exactly (ratio 1.000)", "forward plus backward is 3.000
     times the forward pass", the fused path "saw 76.9% of our count" (all of it where the fused
     kernel is in the counter's table); attention "10%" of GPT-2's forward FLOPs, "14%" in a sweep
-    model; GPT-2 small "189" and "285" MFLOPs per token; "2.60 PF-days" and "3,646"."""
+    model; GPT-2 small "189" and "285" MFLOPs per token; "2.60 PF-days" and "3,646". The
+    figure's alt text: each curve is n_ctx / (12 d + n_ctx), "the narrower the model the sooner
+    attention dominates"."""
     assert value("ch5_flopcounter_ratio") == 1.0
     assert value("ch5_flopcounter_train_ratio") == 3.0
     fused = value("ch5_flopcounter_fused_share")  # 0.769 on CPU: attention's 23% uncounted
     assert fused == 1.0 or 0.7 < fused < 0.85
     assert value("ch5_attention_share_gpt2") == pytest.approx(1024 / (12 * 768 + 1024))
     assert 0.13 < value("ch5_attention_share_sweep") < 0.15  # 0.143
+    assert value("ch5_attention_share_sweep") == pytest.approx(64 / (12 * 32 + 64))
     assert 185 < value("ch5_gpt2_forward_mflops") < 193  # 189.0
     assert 280 < value("ch5_gpt2_exact_forward_mflops") < 290  # 284.8
     assert value("ch5_gpt3_small_pfdays") == pytest.approx(2.60, rel=0.01)  # 2.604
@@ -122,12 +125,14 @@ def test_chinchilla_approaches_on_the_sweep(built_book: Path) -> None:
     """Section 6: the surface "fits every run within 2.4% of its loss", "E = 1.50, alpha = 0.32
     and beta = 0.61", exponent "0.66"; approach 2 "a = 0.70 and b = 0.30"; "Both are close to
     Kaplan et al.'s 0.73, not to Chinchilla's 0.5"; "414 characters per parameter, not
-    Chinchilla's 20"; total parameters "lowers the exponent to 0.65: part of the way"."""
+    Chinchilla's 20"; total parameters "lowers the exponent to 0.65: part of the way". The
+    approach-2 figure's alt text: N* grows "closer to Kaplan's slope than to Chinchilla's"."""
     assert value("ch5_fit_rmse") < 0.04  # 0.0236
     assert 1.0 < value("ch5_fit_E") < 2.0  # 1.495
     assert 0.1 < value("ch5_fit_alpha") < 1.0 and 0.1 < value("ch5_fit_beta") < 1.2
     a2, a3 = value("ch5_a_approach2"), value("ch5_a_approach3")  # 0.70, 0.66
     assert 0.6 < a2 < 0.85 and 0.6 < a3 < 0.85
+    assert abs(a2 - 0.73) < abs(a2 - 0.5) and abs(a3 - 0.73) < abs(a3 - 0.5)
     assert value("ch5_b_approach2") == pytest.approx(1 - a2, abs=1e-6)
     assert value("ch5_tokens_per_param_mid") > 100  # 414
     assert 0.5 < value("ch5_a_approach2_total") < a2  # 0.653
@@ -135,11 +140,13 @@ def test_chinchilla_approaches_on_the_sweep(built_book: Path) -> None:
 
 def test_extrapolation_to_the_held_out_run(built_book: Path) -> None:
     """Section 7: approach 3 "predicted 1.821 ... measured 1.780, an error of +0.041 nats
-    (2.3%)"; "The frontier's power law in C alone errs by -0.068" (more)."""
+    (2.3%)"; "The frontier's power law in C alone errs by -0.068" (more); the main figure's alt
+    text: the held-out run "lies a little above the extended line" (the line predicts less)."""
     assert value("ch5_heldout_rel_error") < 0.05  # 0.023
     assert abs(value("ch5_heldout_predicted") - value("ch5_heldout_measured")) == pytest.approx(
         abs(value("ch5_heldout_error")))
     assert abs(value("ch5_heldout_frontier_error")) > abs(value("ch5_heldout_error"))
+    assert -0.15 < value("ch5_heldout_frontier_error") < 0  # -0.068
 
 
 def test_published_laws(built_book: Path) -> None:
