@@ -6,6 +6,8 @@ still meets (measured in full mode; the training claims also with a second seed)
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.conftest import glued, glued_float
@@ -29,6 +31,9 @@ def test_every_glued_value_of_the_chapter_is_checked_here(built_book) -> None:
         "ch2_stored_chance", "ch2_stored_gru", "ch2_stored_linear", "ch2_one_pair_gru_acc",
         "ch2_one_pair_gru_min_bin", "ch2_flops_crossover", "ch2_flops_ratio_n16",
         "ch2_flops_ratio_n1024", "ch2_path_attention", "ch2_path_conv", "ch2_path_dilated",
+        "ch2_final_loss_attention", "ch2_final_loss_gru", "ch2_final_loss_linear",
+        "ch2_final_loss_cnn", "ch2_attention_step_below_01", "ch2_others_best_bin",
+        "ch2_heads_on_pair", "ch2_heads_best_on_pair",
     }
     assert set(glued(SLUG)) == checked
 
@@ -109,3 +114,28 @@ def test_path_lengths_follow_table_1(built_book) -> None:
     assert value("ch2_path_attention") == 1
     assert value("ch2_path_conv") == 32
     assert value("ch2_path_dilated") == 6
+
+
+# The figures' text alternatives (each drawing cell's "mystnb" metadata) state these findings.
+
+def test_the_recall_loss_curves_show_what_their_text_alternative_says(built_book) -> None:
+    """Section 5, the training curves: attention falls below 0.1 nats early and ends near zero;
+    the GRU and linear mixing end in between; the dilated CNN stays at chance (log 16)."""
+    assert value("ch2_attention_step_below_01") < 200  # 71 of 400 steps
+    assert value("ch2_final_loss_attention") < 0.01  # 5e-5
+    for name in ("ch2_final_loss_gru", "ch2_final_loss_linear"):
+        assert 0.3 < value(name) < math.log(16) - 0.5, name  # 1.51, 1.62
+    assert abs(value("ch2_final_loss_cnn") - math.log(16)) < 0.05  # 2.773
+
+
+def test_the_gru_and_linear_mixing_stay_below_attention_at_every_distance(built_book) -> None:
+    """Section 5, accuracy against distance: their best bin stays far below attention's worst."""
+    best = value("ch2_others_best_bin")
+    assert 1 / 16 < best < value("ch2_attention_min_bin") - 0.3  # 0.41 vs 1.0
+    assert best < value("ch2_one_pair_gru_min_bin") - 0.3  # the one-pair GRU's worst bin: 1.0
+
+
+def test_heads_of_the_trained_model_look_at_the_pair_asked_for(built_book) -> None:
+    """Section 5, the heads' heatmap: some head puts (almost) all its weight on the asked pair."""
+    assert 1 <= value("ch2_heads_on_pair") <= 4  # 3
+    assert value("ch2_heads_best_on_pair") > 0.9  # 0.998
