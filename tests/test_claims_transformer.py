@@ -116,3 +116,31 @@ def test_the_heads_ablation_reports_what_it_measured(built_book: Path) -> None:
     assert 0.0 <= value("ch3_ablation_spread") < 1.0  # 0.10
     assert 0.0 <= value("ch3_ablation_seed_change") < 1.0  # 0.096
 
+
+
+# The figures' text alternatives (each drawing cell's "mystnb" metadata) state these findings.
+
+def test_the_transformer_and_the_gru_losses_fall_almost_together(built_book: Path) -> None:
+    """Section 4, the loss curves: over the GRU's last 20 steps the two losses are within a
+    factor of 2.5 of each other; the Transformer's goes on falling to its 400th step."""
+    rnn, transformer = value("ch3_final_loss_rnn"), value("ch3_loss_transformer_at_rnn_end")
+    assert 0.4 < rnn / transformer < 2.5  # 0.052 and 0.082
+    assert value("ch3_final_loss_transformer") < transformer  # 0.016
+
+
+def test_the_best_cross_attention_heads_read_the_year_and_the_day(built_book: Path) -> None:
+    """Section 4, the cross-attention maps: the best head puts most of the year rows' weight on
+    the source's year, the best most of the day rows' weight on its day."""
+    assert value("ch3_cross_year_share") > 0.6  # 0.90
+    assert value("ch3_cross_day_share") > 0.6  # 0.99
+
+
+def test_the_encoder_self_attention_is_diffuse(built_book: Path) -> None:
+    """Section 4, the encoder's first layer: no weight near 1, unlike the cross-attention."""
+    assert value("ch3_encoder_max_weight") < 0.6  # 0.39
+    assert value("ch3_encoder_max_weight") < value("ch3_cross_day_share")
+
+
+def test_each_memory_slot_fires_on_some_characters_only(built_book: Path) -> None:
+    """Section 4, the memory coefficients of one date: neither all zero nor all firing."""
+    assert 0.05 < value("ch3_ffn_fire_example") < 0.95  # 0.38
