@@ -155,3 +155,19 @@ def test_the_chapter_runs_within_its_stated_time(built_book: Path) -> None:
 def test_greedy_decoding_writes_the_same_tokens_with_the_cache(built_book: Path) -> None:
     """Section 3: "Greedy decoding writes the same 48 tokens with and without the cache"."""
     assert value("ch4_cache_same_tokens") == 1
+
+
+# The figures' text alternatives (each drawing cell's "mystnb" metadata) state these findings.
+
+def test_recomputing_slows_down_much_more_than_the_cache(built_book: Path) -> None:
+    """Section 3, the speed figure: the cache is faster at every prefix length, and its lead at
+    the longest prefix is several times its smallest lead."""
+    assert value("ch4_cache_speedup_min") > 1.0  # 1.7
+    assert value("ch4_cache_speedup") > 3 * value("ch4_cache_speedup_min")  # 9.8
+
+
+def test_the_knobs_figure_starts_from_a_spread_distribution(built_book: Path) -> None:
+    """Section 4, the knobs: the most probable character had well under half the mass (so greedy
+    changes the distribution), and top-p keeps some of the 20 characters shown."""
+    assert 0.0 < value("ch4_knob_top_prob") < 0.5  # 0.13
+    assert 1 <= value("ch4_knob_top_p_kept") <= 20  # 13
