@@ -5,20 +5,17 @@
 * every committed Colab copy is plain Jupyter markdown, and nbconvert's HTML (the template plain
   Jupyter uses, with its MathJax 2) opened in headless Chromium shows typeset math, no MathJax
   error and no MyST left in the text; a deliberately broken page proves the check can fail;
-* its equation numbers are the website's;
-* the setup cell installs course_lib the way Colab runs it: a fresh virtualenv that already holds a
-  torch (the pinned CPU wheel stands in for Colab's), ``pip install`` from a ``git+file://`` URL of
-  a clone, then each Colab copy runs top to bottom with its exercises blank (every test cell says
-  "not attempted yet") and with the instructor's solutions filled in (every visible test passes).
+* its equation numbers are the website's.
+
+Each Colab copy runs top to bottom, blank and solved, on Colab's own runtime (the setup cell
+installing course_lib as there) in tests/test_colab_runtime.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,9 +23,7 @@ import pytest
 from autograder import colab, measured
 from autograder.paths import Chapter, find_chapters
 from autograder.release import repository_url, stamp_url
-from tests.adversarial.generate import solved_release
-from tests.conftest import (ROOT, cell_errors, chapter_slugs, load, nbgrader_meta,
-                            release_notebook, source_notebook)
+from tests.conftest import ROOT, chapter_slugs, load, release_notebook, source_notebook
 
 SLUGS = chapter_slugs()
 MATHJAX2 = ROOT / "_build" / "vendor" / "mathjax2" / "MathJax.js"
@@ -336,98 +331,3 @@ def test_colab_numbers_are_the_websites(built_book: Path, slug: str) -> None:
               and measured.format_value(committed.values[name], spec) != shown]
     assert differ == [], (f"run `python -m autograder measure {slug}` and `make release` "
                           f"(or mark a run-to-run timing in `varies`): {differ}")
-
-
-# --------------------------------------------------------------------------------------------
-# The setup cell, the way Colab runs it
-# --------------------------------------------------------------------------------------------
-
-
-def _clone_of_the_working_tree(dest: Path) -> Path:
-    """A git repository holding this working tree's course_lib and packaging (committed there)."""
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(dest)], check=True)
-    for name in ("course_lib", "pyproject.toml", "README.md"):
-        target = dest / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copyfile(src, target)
-    git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@localhost"]
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "working tree"], check=True)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def colab_like_kernel(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
-    """A kernel in a fresh virtualenv that has torch (and Jupyter's kernel) but no course_lib."""
-    base = tmp_path_factory.mktemp("colab")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # Colab's pip is recent; the one venv bundles (23.2) rejects a git+file:// URL without a host.
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "torch==2.13.0"], check=True)
-    subprocess.run([*pip, "ipykernel"], check=True)
-    assert subprocess.run([str(py), "-c", "import course_lib"], capture_output=True).returncode != 0
-    kernels = base / "kernels"
-    subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(kernels),
-                    "--name", "colab-like"], check=True, capture_output=True)
-    repo = _clone_of_the_working_tree(base / "repo")
-    env = {"JUPYTER_PATH": str(kernels / "share" / "jupyter"),
-           "COURSE_LIB_URL": f"git+{repo.as_uri()}", "COURSE_LIB_QUICK": "1"}
-    return "colab-like", env
-
-
-def _run_in(kernel: tuple[str, dict[str, str]], nb, cwd: Path):
-    import nbclient
-
-    name, env = kernel
-    backup = dict(os.environ)
-    os.environ.update(env)
-    for var in ("PYTHONPATH", "VIRTUAL_ENV", "NBGRADER_EXECUTION", "COURSE_GRADING_MODE"):
-        os.environ.pop(var, None)
-    try:
-        client = nbclient.NotebookClient(nb, timeout=600, kernel_name=name, allow_errors=True,
-                                         resources={"metadata": {"path": str(cwd)}})
-        client.execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(backup)
-    return nb
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("colab-venv")  # one worker builds the Colab-like virtualenv, once
-@pytest.mark.parametrize("slug", SLUGS)
-def test_colab_copy_runs_all_with_blank_exercises_and_with_solutions(
-        slug: str, colab_like_kernel: tuple[str, dict[str, str]], tmp_path: Path) -> None:
-    import nbformat
-
-    blank = nbformat.read(colab_notebook(slug), as_version=4)
-    filled = solved_release(blank, nbformat.read(source_notebook(slug), as_version=4))
-
-    ran = _run_in(colab_like_kernel, blank, tmp_path)
-    assert cell_errors(ran) == {}, f"Run All on the blank Colab copy: {cell_errors(ran)}"
-    device_line = "".join(o.get("text", "") for o in ran.cells[_setup_index(ran)].outputs)
-    assert "running on" in device_line
-    for i, cell in enumerate(ran.cells):
-        if nbgrader_meta(cell).get("grade"):
-            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
-            assert "not attempted yet" in text, f"blank test cell {i} printed {text!r}"
-
-    ran = _run_in(colab_like_kernel, filled, tmp_path)
-    assert cell_errors(ran) == {}, f"Run All with the solutions: {cell_errors(ran)}"
-    tests = [c for c in ran.cells if nbgrader_meta(c).get("grade")]
-    passed = ["visible tests passed" in "".join(o.get("text", "") for o in c.get("outputs", []))
-              for c in tests]
-    assert all(passed) and passed, f"visible tests passed in {sum(passed)} of {len(tests)} cells"
-
-
-def _setup_index(nb) -> int:
-    (index,) = [i for i, c in enumerate(nb.cells) if "setup" in c.metadata.get("tags", [])]
-    return index
