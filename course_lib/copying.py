@@ -179,20 +179,23 @@ def make_copy_batch(task: CopyTask, length: int, batch_size: int, generator: tor
             (shorter rows padded at the end); by default every string has ``length`` symbols.
 
     Returns:
-        A :class:`CopyBatch` on the CPU.
+        A :class:`CopyBatch` on the generator's device (the CPU for ``torch.Generator()``).
     """
     _check_length(length)
     _check_length(batch_size, "batch_size")
+    device = generator.device
     if min_length is None:
-        lengths = torch.full((batch_size,), length)
+        lengths = torch.full((batch_size,), length, device=device)
     else:
         _check_length(min_length, "min_length")
         if min_length > length:
             raise ValueError(f"min_length={min_length} exceeds length={length}")
-        lengths = torch.randint(min_length, length + 1, (batch_size,), generator=generator)
-    strings = torch.randint(task.alphabet_size, (batch_size, length), generator=generator)
+        lengths = torch.randint(min_length, length + 1, (batch_size,), generator=generator,
+                                device=device)
+    strings = torch.randint(task.alphabet_size, (batch_size, length), generator=generator,
+                            device=device)
     N = length
-    position = torch.arange(2 * N + 2)  # (2N+2,)
+    position = torch.arange(2 * N + 2, device=device)  # (2N+2,)
     n = lengths[:, None]  # (B, 1)
     # Row b: BOS at 0, s at 1..n, SEP at n+1, s again at n+2..2n+1, PAD after.
     first = strings.gather(1, (position - 1).clamp(0, N - 1).expand(batch_size, -1))

@@ -126,8 +126,11 @@ def random_windows(ids: torch.Tensor, block_size: int, batch_size: int,
     if ids.numel() <= block_size:
         raise ValueError(f"a window needs block_size + 1 = {block_size + 1} ids; the text has "
                          f"{ids.numel()}")
-    offsets = torch.randint(ids.numel() - block_size, (batch_size,), generator=generator)
-    index = offsets[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
+    # drawn on the generator's device (without one, on the CPU, as before: the same windows anywhere)
+    draw_on = generator.device if generator is not None else torch.device("cpu")
+    offsets = torch.randint(ids.numel() - block_size, (batch_size,), generator=generator,
+                            device=draw_on)
+    index = offsets[:, None] + torch.arange(block_size + 1, device=draw_on)  # (B, T + 1)
     window = ids[index.to(ids.device)].long()  # (B, T + 1)
     return window[:, :-1], window[:, 1:]
 
@@ -142,8 +145,11 @@ def char_vocabulary(text: str) -> list[str]:
     return sorted(set(text))
 
 
-def encode_chars(text: str, vocabulary: list[str]) -> torch.Tensor:
+def encode_chars(text: str, vocabulary: list[str], *,
+                 device: torch.device | str | None = None) -> torch.Tensor:
     """Character ids of ``text`` in ``vocabulary`` (id = index), ``(len(text),)`` long.
+
+    On ``device`` (the default device when ``None``).
 
     Raises:
         ValueError: a character that is not in the vocabulary (named, with its position).
@@ -154,7 +160,7 @@ def encode_chars(text: str, vocabulary: list[str]) -> torch.Tensor:
     """
     index = {ch: i for i, ch in enumerate(vocabulary)}
     try:
-        return torch.tensor([index[ch] for ch in text], dtype=torch.long)
+        return torch.tensor([index[ch] for ch in text], dtype=torch.long, device=device)
     except KeyError as err:
         pos = next(i for i, ch in enumerate(text) if ch not in index)
         raise ValueError(f"character {err.args[0]!r} at position {pos} is not in the "

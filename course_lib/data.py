@@ -411,9 +411,11 @@ class Batch:
         return self.src.shape[0]
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]],
-                  pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0, *,
+                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists into ``(B, L)`` long ids and a ``(B, L)`` bool mask (True = real).
+
+    Both are made on ``device`` (the default device when ``None``).
 
     Example:
         >>> ids, mask = pad_sequences([[5, 6], [7]])
@@ -426,24 +428,27 @@ def pad_sequences(seqs: Sequence[Sequence[int]],
     width = max(lengths)
     # One tensor from nested lists: much faster than filling row by row.
     ids = torch.tensor([list(s) + [pad_id] * (width - n) for s, n in zip(seqs, lengths)],
-                       dtype=torch.long).reshape(len(seqs), width)
-    mask = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]  # (B, width)
+                       dtype=torch.long, device=device).reshape(len(seqs), width)
+    mask = (torch.arange(width, device=device)[None, :]
+            < torch.tensor(lengths, device=device)[:, None])  # (B, width)
     return ids, mask
 
 
-def collate(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> Batch:
-    """Encode and pad ``(source, target)`` string pairs into a :class:`Batch`."""
+def collate(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab, *,
+            device: torch.device | str | None = None) -> Batch:
+    """Encode and pad ``(source, target)`` string pairs into a :class:`Batch` on ``device``."""
     return _collate_ids([(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs],
-                        src_vocab, tgt_vocab)
+                        src_vocab, tgt_vocab, device)
 
 
 def _collate_ids(encoded: Sequence[tuple[list[int], list[int]]], src_vocab: Vocab,
-                 tgt_vocab: Vocab) -> Batch:
+                 tgt_vocab: Vocab, device: torch.device | str | None = None) -> Batch:
     """:func:`collate` of pairs already encoded as id lists (without specials)."""
-    src, src_mask = pad_sequences([s for s, _ in encoded], src_vocab.pad_id)
-    tgt_in, _ = pad_sequences([[tgt_vocab.bos_id] + t for _, t in encoded], tgt_vocab.pad_id)
+    src, src_mask = pad_sequences([s for s, _ in encoded], src_vocab.pad_id, device=device)
+    tgt_in, _ = pad_sequences([[tgt_vocab.bos_id] + t for _, t in encoded], tgt_vocab.pad_id,
+                              device=device)
     tgt_out, tgt_mask = pad_sequences([t + [tgt_vocab.eos_id] for _, t in encoded],
-                                      tgt_vocab.pad_id)
+                                      tgt_vocab.pad_id, device=device)
     return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask)
 
 

@@ -278,7 +278,7 @@ def sequence_log_prob(step: StepFn, tokens: torch.Tensor, prompt_len: int) -> to
     if not 1 <= prompt_len <= tokens.shape[1]:
         raise ValueError(f"prompt_len must lie between 1 and the sequence length "
                          f"{tokens.shape[1]}, got {prompt_len}")
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=tokens.device)
     for t in range(prompt_len, tokens.shape[1]):
         log_probs = _next_log_probs(step, tokens[:, :t])  # (1, V)
         total = total.to(log_probs.dtype) + log_probs[0, tokens[0, t]]

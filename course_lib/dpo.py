@@ -185,7 +185,7 @@ def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejecte
     policy.train()
     losses = []
     for _ in range(steps):
-        rows = torch.randperm(len(chosen), generator=g)[:batch_size].to(chosen.device)
+        rows = torch.randperm(len(chosen), generator=g, device=g.device)[:batch_size].to(chosen.device)
         loss = dpo_loss(completion_logprobs(policy, chosen[rows], prompt_length),
                         completion_logprobs(policy, rejected[rows], prompt_length),
                         ref_w[rows], ref_l[rows], beta)

@@ -284,7 +284,7 @@ def entmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: A
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float_tensor(name, t, min_ndim=2, shape="(..., T, d)")
     check_same_dtype(q=q, k=k, v=v)
-    if not bool((torch.as_tensor(alpha) > 1).all()):  # before alpha enters the masked scores
+    if not bool((torch.as_tensor(alpha, device=q.device) > 1).all()):  # before alpha enters the masked scores
         raise ValueError(f"alpha must be greater than 1 (alpha -> 1 is softmax), got {alpha}")
     if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v) do not fit: "

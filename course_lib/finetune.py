@@ -273,7 +273,8 @@ def answer_accuracy(model: gpt.GPT, pairs: list[tuple[str, str]], vocabulary: li
     for group in by_length.values():
         for start in range(0, len(group), batch_size):
             chunk = group[start:start + batch_size]
-            prompts = torch.stack([corpus.encode_chars(p, vocabulary) for p, _ in chunk]).to(device)
+            prompts = torch.stack([corpus.encode_chars(p, vocabulary, device=device)
+                                   for p, _ in chunk])  # (B, T)
             tokens = prompts
             step = model.cached_step()
             for _ in range(3):  # answers are at most 2 digits and a newline

@@ -474,12 +474,15 @@ def from_gpt2_state_dict(state_dict: dict[str, torch.Tensor], config: GPTConfig)
 
     Buffers that are not weights (``attn.bias``, ``attn.masked_bias``: GPT-2's causal mask) are
     ignored; a missing, misshapen or non-float weight is an error. The model takes the
-    checkpoint's dtype.
+    checkpoint's dtype and device.
     """
     theirs = {k: v for k, v in state_dict.items()
               if not k.endswith((".attn.bias", ".attn.masked_bias"))}
-    theirs.setdefault("lm_head.weight", theirs.get("transformer.wte.weight"))  # tied
-    model = GPT(config)
+    wte = theirs.get("transformer.wte.weight")
+    theirs.setdefault("lm_head.weight", wte)  # tied
+    # built where the checkpoint is, so nothing is copied across devices (GPT's state is weights)
+    with torch.device(wte.device if isinstance(wte, torch.Tensor) else torch.get_default_device()):
+        model = GPT(config)
     ours = model.state_dict()
     if set(theirs) != set(ours):
         raise ValueError(f"state_dict keys differ from GPT's: missing "

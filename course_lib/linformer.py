@@ -49,7 +49,8 @@ def random_projection(k: int, n: int, *, generator: torch.Generator | None = Non
     """
     if k <= 0 or n <= 0:
         raise ValueError(f"need k > 0 and n > 0, got k={k}, n={n}")
-    e = torch.randn(k, n, generator=generator, dtype=dtype)
+    draw_on = generator.device if generator is not None else None  # a generator's own device
+    e = torch.randn(k, n, generator=generator, dtype=dtype, device=draw_on)
     return (e / math.sqrt(k)).to(device)
 
 

@@ -108,16 +108,20 @@ def make_recall_batch(config: RecallConfig, batch_size: int,
         (torch.Size([2, 10]), torch.Size([2]))
     """
     c, B, T = config, batch_size, config.length
-    keys = torch.full((B, T), c.filler_key, dtype=torch.long)
-    values = torch.full((B, T), c.filler_value, dtype=torch.long)
+    device = generator.device  # the batch is made where its randomness comes from
+    keys = torch.full((B, T), c.filler_key, dtype=torch.long, device=device)
+    values = torch.full((B, T), c.filler_value, dtype=torch.long, device=device)
     # Distinct keys and distinct positions per row: argsort of uniform noise is a random permutation.
-    pair_keys = torch.rand(B, c.n_keys, generator=generator).argsort(-1)[:, : c.n_pairs]
-    positions = torch.rand(B, T - 1, generator=generator).argsort(-1)[:, : c.n_pairs]
-    pair_values = torch.randint(0, c.n_values, (B, c.n_pairs), generator=generator)
+    pair_keys = torch.rand(B, c.n_keys, generator=generator, device=device).argsort(-1)
+    pair_keys = pair_keys[:, : c.n_pairs]
+    positions = torch.rand(B, T - 1, generator=generator, device=device).argsort(-1)
+    positions = positions[:, : c.n_pairs]
+    pair_values = torch.randint(0, c.n_values, (B, c.n_pairs), generator=generator,
+                                device=device)
     keys.scatter_(1, positions, pair_keys)
     values.scatter_(1, positions, pair_values)
-    asked = torch.randint(0, c.n_pairs, (B,), generator=generator)
-    rows = torch.arange(B)
+    asked = torch.randint(0, c.n_pairs, (B,), generator=generator, device=device)
+    rows = torch.arange(B, device=device)
     keys[:, -1] = pair_keys[rows, asked]
     values[:, -1] = c.query_value
     target = pair_values[rows, asked]

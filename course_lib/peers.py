@@ -109,7 +109,8 @@ def randomize_(module: nn.Module, seed: int, scale: float = 0.3) -> nn.Module:
     """
     g = torch.Generator().manual_seed(seed)
     for p in module.parameters():
-        p.copy_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device))
+        p.copy_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype, device=g.device)
+                .to(p.device))
     return module
 
 

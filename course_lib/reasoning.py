@@ -193,7 +193,7 @@ def pass_at_k(n: int, c: torch.Tensor | int, k: int) -> torch.Tensor:
     if not 1 <= k <= n or bool((c < 0).any()) or bool((c > n).any()):
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, k={k}, c in "
                          f"[{int(c.min())}, {int(c.max())}]")
-    i = torch.arange(1, n + 1, dtype=torch.float64)  # (n,)
+    i = torch.arange(1, n + 1, dtype=torch.float64, device=c.device)  # (n,)
     factors = torch.where(i > (n - c.to(torch.float64))[..., None], 1.0 - k / i, 1.0)
     return 1.0 - factors.prod(-1)
 

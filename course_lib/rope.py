@@ -42,15 +42,18 @@ def _check(head_dim: int, pairing: str) -> None:
         raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
 
 
-def inv_frequencies(head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+def inv_frequencies(head_dim: int, theta: float = 10000.0, *,
+                    device: torch.device | str | None = None) -> torch.Tensor:
     r"""The angular frequencies :math:`\omega_i = \theta^{-2i/d}`, ``(head_dim // 2,)`` float64.
+
+    On ``device`` (the default device when ``None``).
 
     Example:
         >>> inv_frequencies(4, theta=100.0).tolist()
         [1.0, 0.1]
     """
     _check(head_dim, "half")
-    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
@@ -64,7 +67,8 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
         [[0.0, 0.0], [2.0, 0.2]]
     """
     check_tensor("positions", positions, ndim=1, shape="(T,)")
-    return (positions.to(torch.float64) / scale)[:, None] * inv_frequencies(head_dim, theta)
+    omega = inv_frequencies(head_dim, theta, device=positions.device)  # (head_dim // 2,)
+    return (positions.to(torch.float64) / scale)[:, None] * omega
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -156,6 +160,6 @@ def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
     check_float_tensor("q", q, ndim=1, shape="(d,)")
     check_float_tensor("k", k, ndim=1, shape="(d,)")
     check_same_dtype(q=q, k=k)
-    qr = apply_rope(q[None], torch.tensor([q_pos]), theta, pairing)[0]
-    kr = apply_rope(k[None], torch.tensor([k_pos]), theta, pairing)[0]
+    qr = apply_rope(q[None], torch.tensor([q_pos], device=q.device), theta, pairing)[0]
+    kr = apply_rope(k[None], torch.tensor([k_pos], device=k.device), theta, pairing)[0]
     return qr @ kr

@@ -60,6 +60,11 @@ KAPLAN_ALPHA_C, KAPLAN_C_C = 0.050, 3.1e8  # C_c in PF-days
 KAPLAN_N_EXPONENT, KAPLAN_D_EXPONENT = 0.73, 0.27
 
 
+def _as_tensor(value: ArrayLike) -> torch.Tensor:
+    """A tensor stays where it is (``torch.as_tensor`` would move it to the default device)."""
+    return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+
+
 def _positive(name: str, value: ArrayLike | float) -> np.ndarray:
     v = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value,
                    dtype=np.float64)
@@ -241,8 +246,8 @@ def fit_power_law(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
         >>> round(k, 6), round(c, 6)
         (-1.0, 3.0)
     """
-    x64 = torch.as_tensor(x).double().flatten()
-    y64 = torch.as_tensor(y).double().flatten()
+    x64 = _as_tensor(x).double().flatten()
+    y64 = _as_tensor(y).double().flatten()
     if x64.numel() != y64.numel() or x64.numel() < 2:
         raise ValueError(f"x and y need the same length >= 2, got {x64.numel()} and "
                          f"{y64.numel()}")
@@ -310,7 +315,8 @@ def bootstrap_interval(x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor,
         raise ValueError("every resample has a single distinct x: no slope to bootstrap")
     u_c = u - u.mean(1, keepdim=True)
     slopes = (u_c * (v - v.mean(1, keepdim=True))).sum(1) / (u_c * u_c).sum(1)
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64,
+                     device=slopes.device)
     lo, hi = torch.quantile(slopes, q).tolist()
     return float(lo), float(hi)
 
@@ -328,12 +334,12 @@ def bootstrap_power_law(x: ArrayLike, y: ArrayLike, n_boot: int = 1000, level: f
         >>> round(fit.exponent, 6), fit.exponent_ci[0] <= -0.5 <= fit.exponent_ci[1]
         (-0.5, True)
     """
-    x64 = torch.as_tensor(_positive("x", x).ravel())
-    y64 = torch.as_tensor(_positive("y", y).ravel())
+    x64 = torch.from_numpy(_positive("x", x).ravel())  # numpy's resamples: on the CPU
+    y64 = torch.from_numpy(_positive("y", y).ravel())
     k, c = fit_power_law(x64, y64)
     rng = np.random.default_rng(seed)
     indices = np.stack([rng.integers(0, x64.numel(), x64.numel()) for _ in range(n_boot)])
-    lo, hi = bootstrap_interval(x64, y64, torch.as_tensor(indices), level)
+    lo, hi = bootstrap_interval(x64, y64, torch.from_numpy(indices), level)
     return PowerLawFit(k, c, (lo, hi), level)
 
 

@@ -338,7 +338,7 @@ def translate(model: Seq2SeqModel, sources: Sequence[str], src_vocab: Vocab, tgt
     try:
         for start in range(0, len(sources), batch_size):
             chunk = [(s, "") for s in sources[start:start + batch_size]]
-            batch = collate(chunk, src_vocab, tgt_vocab).to(device)
+            batch = collate(chunk, src_vocab, tgt_vocab, device=device)
             step = model.make_step(batch.src, batch.src_mask)
             bos = torch.full((len(chunk), 1), tgt_vocab.bos_id, dtype=torch.long, device=device)
             tokens = greedy_decode(step, bos, max_len, eos_id=tgt_vocab.eos_id)

@@ -75,7 +75,8 @@ def global_tokens(indices: Sequence[int]) -> MaskFn:
                 [1, 0, 0],
                 [1, 0, 0]], dtype=torch.int32)
     """
-    chosen = torch.as_tensor(list(indices), dtype=torch.long)
+    # kept on the CPU and moved to the positions' device when the pattern is asked
+    chosen = torch.tensor(list(indices), dtype=torch.long, device="cpu")
 
     def allowed(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
         g = chosen.to(i.device)
@@ -98,9 +99,9 @@ def random_blocks(n: int, block_size: int, n_random: int, seed: int = 0) -> Mask
     if not 0 <= n_random <= n_blocks:
         raise ValueError(f"n_random={n_random} must be between 0 and the {n_blocks} key blocks")
     g = torch.Generator().manual_seed(seed)
-    layout = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
+    layout = torch.zeros(n_blocks, n_blocks, dtype=torch.bool, device=g.device)
     for row in range(n_blocks):
-        layout[row, torch.randperm(n_blocks, generator=g)[:n_random]] = True
+        layout[row, torch.randperm(n_blocks, generator=g, device=g.device)[:n_random]] = True
 
     def allowed(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
         table = layout.to(i.device)

@@ -83,7 +83,7 @@ def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     if p.shape[0] != k + 1 or q.shape[0] != k or u.shape != (k,):
         raise ValueError(f"need p (k+1, V), q (k, V), u (k,) for k = {k} drafts; got "
                          f"{tuple(p.shape)}, {tuple(q.shape)}, {tuple(u.shape)}")
-    rows = torch.arange(k)
+    rows = torch.arange(k, device=p.device)
     ratio = p[rows, drafts] / q[rows, drafts]  # (k,)
     rejected = (u >= ratio).nonzero()
     if rejected.numel() == 0:
@@ -170,7 +170,7 @@ def speculative_generate(target: LogitsFn, draft: LogitsFn, prompt: torch.Tensor
         p = _probs(target(drafted)[0, tokens.shape[1] - 1:], temperature, greedy)  # (kk+1, V)
         stats["target_calls"] += 1
         drafts = drafted[0, tokens.shape[1]:]
-        u = torch.rand(kk, generator=generator, dtype=torch.float64)
+        u = torch.rand(kk, generator=generator, dtype=torch.float64, device=p.device)
         q_all = torch.stack(qs) if qs else p.new_zeros(0, p.shape[1])
         n, dist = accept_step(p, q_all, drafts, u)
         nxt = torch.multinomial(dist, 1, generator=generator).view(1, 1).to(tokens.dtype)

@@ -204,8 +204,8 @@ def evaluate(model: torch.nn.Module, val: torch.Tensor, n_windows: int = EVAL_WI
         raise ValueError(f"val must hold at least BLOCK_SIZE + 2 = {BLOCK_SIZE + 2} ids, got "
                          f"{val.numel()}")
     rank, world = _world()
-    offsets = torch.linspace(0, val.numel() - BLOCK_SIZE - 2, n_windows).long()
-    index = offsets[rank::world, None] + torch.arange(BLOCK_SIZE + 1)
+    offsets = torch.linspace(0, val.numel() - BLOCK_SIZE - 2, n_windows, device=val.device).long()
+    index = offsets[rank::world, None] + torch.arange(BLOCK_SIZE + 1, device=val.device)
     window = val[index].long().to(device)
     was_training = model.training
     model.eval()
