@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -42,12 +42,15 @@ class Chapter:
         title: the source notebook's first heading without ``#``, ``"2. Self-attention"``.
         root: the folder holding ``solutions/``, ``chapters/`` and ``colab/`` (the repository,
             or a test's own copy of that layout).
+        solutions: the folder holding the source's ``<slug>/`` when it is not ``root/solutions``
+            (a chapter whose copies are generated elsewhere, see :meth:`generated_under`).
     """
 
     number: int
     slug: str
     title: str
     root: Path = REPO
+    solutions: Path | None = None
 
     def __post_init__(self) -> None:
         match = SLUG_RE.match(self.slug)
@@ -75,6 +78,8 @@ class Chapter:
     @property
     def source(self) -> Path:
         """The instructor's notebook: solutions and hidden tests."""
+        if self.solutions is not None:
+            return self.solutions / self.slug / f"{self.stem}.ipynb"
         return self._notebook("solutions")
 
     @property
@@ -86,6 +91,23 @@ class Chapter:
     def colab(self) -> Path:
         """The Colab copy (plain Jupyter markdown), generated from :attr:`release`."""
         return self._notebook("colab")
+
+    @property
+    def measured(self) -> Path:
+        """``_data/measured/<stem>.json``: the numbers the website's build measured, which the
+        Colab copy's prose shows (keyed by stem, so renumbering a chapter does not orphan it)."""
+        return self.root / "_data" / "measured" / f"{self.stem}.json"
+
+    def generated_under(self, root: Path) -> Chapter:
+        """The same chapter, its source read where it is, its generated copies under ``root``.
+
+        Example:
+            >>> ch = Chapter(2, "02-self-attention", "2. Self-attention")
+            >>> moved = ch.generated_under(Path("/tmp/x"))
+            >>> moved.release.as_posix(), moved.source == ch.source
+            ('/tmp/x/chapters/02-self-attention/self-attention.ipynb', True)
+        """
+        return replace(self, root=Path(root), solutions=self.source.parent.parent)
 
 
 def _title(source: Path) -> str:

@@ -73,3 +73,14 @@ def test_a_malformed_notebook_is_named(text: str, says: str, tmp_path: Path) -> 
     with pytest.raises(notebooks.MalformedNotebook, match=says) as err:
         notebooks.read(path)
     assert "bad.ipynb" in str(err.value)
+
+
+def test_a_chapter_generated_elsewhere_keeps_its_source(tmp_path: Path) -> None:
+    _layout(tmp_path / "course", ["01-alpha"])
+    (chapter,) = all_chapters(tmp_path / "course")
+    moved = chapter.generated_under(tmp_path / "out")
+    assert moved.source == chapter.source and moved.source.exists()
+    assert moved.release == tmp_path / "out" / "chapters" / "01-alpha" / "alpha.ipynb"
+    assert moved.colab == tmp_path / "out" / "colab" / "01-alpha" / "alpha.ipynb"
+    assert moved.measured == tmp_path / "out" / "_data" / "measured" / "alpha.json"
+    assert chapter.measured == tmp_path / "course" / "_data" / "measured" / "alpha.json"
