@@ -5,6 +5,11 @@ cell (nbgrader ``solution``, ``grade_id``), test cell (nbgrader ``grade``, ``poi
 call ``grading.check("<chapter>.<name>", <name>)`` inside ``### BEGIN/END HIDDEN TESTS``. The
 release's non-graded cells are remembered too, so that cells a student left as released (demos)
 are recognised and not re-executed.
+
+A question's hidden call also gives its answer, ``grading.check("<chapter>.<name>", <name>,
+answer="c")``: the answer lives in the source notebook only (course_lib does not ship it). The
+spec keeps it for the trusted judge (:attr:`ChapterSpec.answers`), and the hidden test the
+sandbox runs is the call without it, so no student code can read it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,19 @@ from pathlib import Path
 import nbformat
 
 HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS\n?(.*?)### END HIDDEN TESTS\n?", re.S)
-CHECK_RE = re.compile(r"""grading\.check\(\s*["']([\w.]+)["']\s*,\s*(\w+)\s*\)""")
+#: The hidden call: exercise id, function name and, for a question, its answer (one letter).
+CHECK_RE = re.compile(r"""grading\.check\(\s*["']([\w.]+)["']\s*,\s*(\w+)\s*"""
+                      r"""(?:,\s*answer\s*=\s*["']([a-z])["']\s*)?\)""")
+
+
+def without_answer(hidden: str) -> str:
+    """The hidden test as the sandbox runs it: each check call without its ``answer``.
+
+    Example:
+        >>> without_answer('grading.check("toy.q", q, answer="b")\\n')
+        'grading.check("toy.q", q)\\n'
+    """
+    return CHECK_RE.sub(lambda m: f'grading.check("{m[1]}", {m[2]})', hidden)
 
 
 def normalise_source(text: str) -> str:
@@ -52,6 +69,8 @@ class ExerciseSpec:
         hidden_test: the hidden part (never shown in feedback).
         release_stub: the released (blank) solution cell's text, normalised.
         release_test: the released test cell's text, normalised.
+        answer: a question's answer, from its hidden call (``None`` for other exercises); the
+            trusted judge's, never sent to the sandbox (``hidden_test`` is the call without it).
     """
 
     exercise_id: str
@@ -66,6 +85,7 @@ class ExerciseSpec:
     hidden_test: str
     release_stub: str = ""
     release_test: str = ""
+    answer: str | None = None
 
 
 @dataclass
@@ -83,6 +103,11 @@ class ChapterSpec:
     @property
     def max_total(self) -> float:
         return float(sum(ex.points for ex in self.exercises))
+
+    @property
+    def answers(self) -> dict[str, str]:
+        """``exercise id -> answer`` of the chapter's questions, for the trusted judge."""
+        return {ex.exercise_id: ex.answer for ex in self.exercises if ex.answer is not None}
 
     def by_solution_grade_id(self) -> dict[str, ExerciseSpec]:
         return {ex.solution_grade_id: ex for ex in self.exercises}
@@ -144,8 +169,9 @@ def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
         checks = CHECK_RE.findall(hidden)
         if len(checks) != 1:
             raise SpecError(f"{source}: test cell {meta.get('grade_id')!r} must hold exactly one "
-                            f"grading.check(...) call in its hidden part; found {len(checks)}")
-        exercise_id, function = checks[0]
+                            f"grading.check(...) call in its hidden part (a question's with "
+                            f'answer="<letter>"); found {len(checks)}')
+        exercise_id, function, answer = checks[0]
         owner = [gid for gid, (_, _, names) in solutions.items() if function in names]
         if len(owner) != 1:
             raise SpecError(f"{source}: no single solution cell defines {function!r} (test "
@@ -155,7 +181,8 @@ def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
             exercise_id=exercise_id, name=exercise_id.split(".", 1)[1], function=function,
             solution_grade_id=owner[0], test_grade_id=meta["grade_id"],
             solution_cell_id=solutions[owner[0]][1], test_cell_id=cell.get("id"),
-            points=float(meta.get("points", 0)), visible_test=visible, hidden_test=hidden,
+            points=float(meta.get("points", 0)), visible_test=visible,
+            hidden_test=without_answer(hidden), answer=answer or None,
         ))
     if not exercises:
         raise SpecError(f"{source}: no graded test cells")

@@ -308,7 +308,7 @@ def _run_hardened(args, spec: ChapterSpec, todo, out: Path, results: dict) -> No
     if cgroup_warning:  # once, before any sandbox: the protections the RLIMITs cannot give
         print(printable(cgroup_warning), file=sys.stderr)
     course_dir = out / "work" / "sandbox-course"
-    judge = Judge()
+    judge = Judge(spec.answers)
     _prepare_sandbox_course(spec, course_dir, judge)
     limits = Limits(memory_bytes=args.memory_mb << 20, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout)

@@ -16,7 +16,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from course_lib import grading
 
@@ -37,10 +37,14 @@ class Judge:
     """Reference outputs of a chapter's hidden cases, computed lazily once, thread-safe.
 
     One lock per exercise: workers judging different exercises compute their references in
-    parallel, and a reference is computed once however many workers ask for it.
+    parallel, and a reference is computed once however many workers ask for it. A question's
+    reference output is its answer, given here (``answers``, from the source notebook).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, answers: Mapping[str, str] | None = None) -> None:
+        # The questions' answers, from the source notebook (ChapterSpec.answers): never from
+        # anything a sandbox sends.
+        self._answers = dict(answers or {})
         self._lock = threading.Lock()  # guards the two dicts below, held only briefly
         self._locks: dict[str, threading.Lock] = {}
         self._expected: dict[tuple[str, int], Any] = {}
@@ -78,7 +82,8 @@ class Judge:
             key = (exercise_id, k)
             if key not in self._expected:
                 ex = grading.get_exercise(exercise_id)
-                self._expected[key] = grading.reference_output(ex, case, copy.deepcopy(inputs))
+                self._expected[key] = grading.reference_output(
+                    ex, case, copy.deepcopy(inputs), answer=self._answers.get(exercise_id))
             return self._expected[key]
 
     def judge_case(self, exercise_id: str, k: int, record: dict[str, Any]) -> str | None:

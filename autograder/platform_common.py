@@ -383,7 +383,7 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
     try:
         work.chmod(0o711)  # the sandbox's uid may pass through, not list
         course_dir = work / "sandbox-course"
-        judge = Judge()
+        judge = Judge(spec.answers)
         _prepare_sandbox_course(spec, course_dir, judge)
         for ex in spec.exercises:  # every reference now: nothing trusted is read later
             for k in range(len(judge.cases(ex.exercise_id))):

@@ -67,7 +67,7 @@ def test_the_question_directory(question: Path) -> None:
     assert '<pl-file-upload file-names="seq2seq.ipynb">' in html
     assert "<pl-external-grader-results>" in html
     assert (question / "clientFilesQuestion" / "seq2seq.ipynb").exists()
-    for path in ("course/course_lib/grading.py", "course/solutions/01-seq2seq/seq2seq.ipynb",
+    for path in ("course/course_lib/grading/__init__.py", "course/solutions/01-seq2seq/seq2seq.ipynb",
                  "bundle.json", "setup.sh"):
         assert (question / "tests" / path).exists(), path
     dockerfile = (question.parent / f"{CHAPTER}-grader-image" / "Dockerfile").read_text()

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from course_lib import arithmetic, distill, dpo, finetune, grading, lora
 from course_lib.exercises import fine_tuning as ex7
 from tests.conftest import solution
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch08
 
@@ -22,7 +23,8 @@ NAMES = ["answer_only_loss", "lora_forward", "merge_lora", "lora_trainable", "pr
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_instructor_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"fine_tuning.{name}", solution(SLUG, name))
+    results = grading.evaluate(f"fine_tuning.{name}", solution(SLUG, name),
+                               answer(f"fine_tuning.{name}"))
     assert [r.message for r in results if r.message] == []
 
 

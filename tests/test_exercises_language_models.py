@@ -18,6 +18,7 @@ import torch
 from course_lib import bpe, copying, gpt, grading, sampling
 from course_lib.exercises import language_models as ex4
 from tests.conftest import cell_by_grade_id, setup_namespace, solution
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch04
 
@@ -54,7 +55,8 @@ def test_the_instructor_solution_passes_the_visible_and_hidden_tests(name: str, 
     fn = solution(SLUG, name)
     _run_visible(name, fn)
     assert "visible tests passed" in capsys.readouterr().out
-    results = grading.evaluate(f"language_models.{name}", fn)
+    exercise_id = f"language_models.{name}"
+    results = grading.evaluate(exercise_id, fn, answer(exercise_id))
     assert [r.message for r in results if r.message] == []
 
 

@@ -11,6 +11,7 @@ import torch
 from course_lib import grading, llama, moe, rope, speculative
 from course_lib.exercises import modern_decoder as ex7
 from tests.conftest import solution
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch07
 
@@ -21,7 +22,8 @@ NAMES = ["apply_rotary", "rms_norm", "grouped_query_attention", "kv_cache_bytes"
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_instructor_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"modern_decoder.{name}", solution(SLUG, name))
+    results = grading.evaluate(f"modern_decoder.{name}", solution(SLUG, name),
+                               answer(f"modern_decoder.{name}"))
     assert [r.message for r in results if r.message] == []
 
 
@@ -84,4 +86,4 @@ def test_ladder_answer_is_the_largest_measured_improvement() -> None:
     gains = {rungs[i]: sum(mean[rungs[i - 1]]) / len(mean[rungs[i - 1]])
              - sum(mean[rungs[i]]) / len(mean[rungs[i]]) for i in range(1, len(rungs))}
     best = max(gains, key=gains.get)
-    assert "abcd"[rungs.index(best) - 1] == ex7.ladder_prediction()
+    assert "abcd"[rungs.index(best) - 1] == answer("modern_decoder.ladder_prediction")

@@ -2,8 +2,8 @@
 
 Solutions come from the source notebook (``tests.conftest.solution``), never copies: they pass
 every hidden case; other torch-only ways to solve an exercise pass too; calling course_lib's
-implementation fails with the reference-call message; the questions' feedback explains each wrong
-letter without naming the right one.
+implementation fails with the reference-call message. The questions are checked with every
+chapter's in tests/test_questions.py.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ import torch.nn.functional as F
 from course_lib import attention, grading, multihead, positional
 from course_lib.exercises import self_attention as ex2
 from tests.conftest import solution
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch02
 
 SLUG = "02-self-attention"
 NAMES = [ex.name for ex in ex2.EXERCISES.values()]
-QUESTIONS = [ex.name for ex in ex2.EXERCISES.values() if ex.cases is grading.answer_case]
+QUESTIONS = [ex.name for ex in ex2.EXERCISES.values() if isinstance(ex, grading.Question)]
 
 
 def _failures(name: str, fn: Callable[..., Any]) -> str:
-    results = grading.evaluate(f"self_attention.{name}", fn)
+    results = grading.evaluate(f"self_attention.{name}", fn, answer(f"self_attention.{name}"))
     return grading.format_failures(f"self_attention.{name}", results) or ""
 
 
@@ -121,28 +122,6 @@ def test_a_transposed_weight_fails_on_square_weights_with_its_message() -> None:
     assert "your function raised" in message  # non-square cases: the shapes do not fit
 
 
-@pytest.mark.parametrize("name", QUESTIONS)
-def test_every_wrong_letter_is_explained_without_naming_the_right_one(name: str) -> None:
-    ex = ex2.EXERCISES[f"self_attention.{name}"]
-    right = ex.reference()
-    wrong = sorted(set("abcd") - {right})
-    assert sorted(slip.fn() for slip in ex.slips) == wrong, "one slip per wrong letter"
-    for letter in wrong:
-        message = _failures(name, lambda letter=letter: letter)
-        slip = next(s for s in ex.slips if s.fn() == letter)
-        assert slip.message in message
-        for leak in (f"'{right}'", f'"{right}"', f"({right})", f"expected {right}"):
-            assert leak not in message, f"{name}: the feedback on {letter!r} names the answer"
-
-
-@pytest.mark.parametrize("name", QUESTIONS)
-def test_a_question_takes_one_letter(name: str) -> None:
-    assert "return one letter as a string" in _failures(name, lambda: "bc")
-    assert "return one letter as a string" in _failures(name, lambda: 2)
-    answer = f" {ex2.EXERCISES['self_attention.' + name].reference().upper()} "
-    assert _failures(name, lambda: answer) == ""  # spaces and case do not matter
-
-
 # ---- calling course_lib's implementation fails with the reference-call message ----------------
 
 def _calls_attention(query, key, value, mask=None):
@@ -184,10 +163,6 @@ def _map_calls_encoding(shift, d_model, dtype=torch.float32):
     return ex2._rotation(shift, d_model, dtype, upper=1.0, lower=-1.0)
 
 
-def _question_calls_reference():
-    return ex2.pe_similarity()
-
-
 @pytest.mark.parametrize("name, fn, which", [
     ("scaled_dot_product_attention", _calls_attention, "scaled_dot_product_attention"),
     ("scaled_dot_product_attention", _calls_masked_softmax, "scaled_dot_product_attention"),
@@ -197,7 +172,6 @@ def _question_calls_reference():
     ("multi_head_attention", _calls_split_heads, "multi_head_attention"),
     ("sinusoidal_encoding", _calls_positional_module, "sinusoidal_encoding"),
     ("relative_position_map", _map_calls_encoding, "sinusoidal_encoding"),
-    ("pe_similarity", _question_calls_reference, "pe_similarity"),
 ])
 def test_calling_course_lib_fails_with_the_reference_call_message(
         name: str, fn: Callable[..., Any], which: str) -> None:

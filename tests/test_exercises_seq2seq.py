@@ -12,7 +12,6 @@ reference is caught.
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any, Callable
 
 import pytest
@@ -21,17 +20,17 @@ import torch
 from course_lib import attention, decoding, grading
 from course_lib.exercises import seq2seq as ex1
 from tests.conftest import load, release_notebook, setup_namespace, solution
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch01
 
 SLUG = "01-seq2seq"
 NAMES = [exercise_id.split(".", 1)[1] for exercise_id in ex1.EXERCISES]
-QUESTIONS = [ex for ex in ex1.EXERCISES.values() if ex.cases is grading.answer_case]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_notebooks_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"seq2seq.{name}", solution(SLUG, name))
+    results = grading.evaluate(f"seq2seq.{name}", solution(SLUG, name), answer(f"seq2seq.{name}"))
     assert grading.format_failures(f"seq2seq.{name}", results) is None
 
 
@@ -39,36 +38,6 @@ def test_the_registry_follows_the_notebooks_order() -> None:
     graded = [c["metadata"]["nbgrader"]["grade_id"] for c in load(release_notebook(SLUG))["cells"]
               if c["metadata"].get("nbgrader", {}).get("solution")]
     assert graded == NAMES
-
-
-# Questions ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("ex", QUESTIONS, ids=lambda ex: ex.id)
-def test_every_wrong_letter_has_its_own_explanation(ex: grading.Exercise) -> None:
-    """Each option a-d the notebook offers is either the answer or a slip with its own message."""
-    cells = load(release_notebook(SLUG))["cells"]
-    (k,) = [k for k, c in enumerate(cells)
-            if c["metadata"].get("nbgrader", {}).get("grade_id") == ex.name]
-    statement = "".join(cells[k - 1]["source"])  # the markdown cell above the solution
-    offered = set(re.findall(r"^- \(([a-d])\)", statement, flags=re.M))
-    assert offered == set("abcd"), f"{ex.id}: the statement offers {sorted(offered)}"
-    answer = ex.reference()
-    slipped = [slip.fn() for slip in ex.slips]
-    assert sorted(slipped + [answer]) == sorted(offered), f"{ex.id}: letters {slipped} + {answer}"
-    for slip in ex.slips:
-        assert slip.message.startswith(f"({slip.fn()})"), "a message names the letter it explains"
-        assert f"({answer})" not in slip.message, f"{ex.id}: {slip.message!r} names the answer"
-
-
-@pytest.mark.parametrize("ex", QUESTIONS, ids=lambda ex: ex.id)
-def test_a_question_accepts_any_case_and_spacing_and_rejects_non_letters(
-        ex: grading.Exercise) -> None:
-    answer = ex.reference()
-    assert grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: f" {answer.upper()} ")) \
-        is None
-    for wrong in (lambda: None, lambda: "ab", lambda: 2):
-        message = grading.format_failures(ex.id, grading.evaluate(ex.id, wrong))
-        assert message is not None and "one letter" in message
 
 
 # Hidden cases that discriminate --------------------------------------------------------------

@@ -4,7 +4,8 @@ Solutions come from the source notebook (``tests.conftest.solution``). Here: the
 the two layer exercises catch the usual mistakes (transposed weights, wrong head split, sqrt(d),
 inverted masks, swapped norms, keys and values from the wrong place); ``mask_tokens`` is graded by
 its properties, so a correct solution that draws in another order passes; calling chapter 2's or
-chapter 3's layers is flagged; every wrong letter of a question gets an explanation.
+chapter 3's layers is flagged. The questions are checked with every chapter's in
+tests/test_questions.py.
 """
 
 from __future__ import annotations
@@ -147,20 +148,3 @@ def test_a_solution_that_ignores_p_fails_on_the_case_with_another_p() -> None:
 
     failed = [r for r in grading.evaluate("transformer.mask_tokens", fixed_p) if r.message]
     assert failed and all("share of ordinary positions is p" in r.message for r in failed)
-
-
-# --------------------------------------------------------------------------------------------
-# Questions
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["ffn_share", "no_causal_mask"])
-def test_every_wrong_letter_is_explained_and_the_notebook_answer_is_right(name: str) -> None:
-    ex = ex3.EXERCISES[f"transformer.{name}"]
-    right = ex.reference()
-    explained = {ex.run(slip.fn, {}) for slip in ex.slips}
-    assert explained == set("abcd") - {right}
-    assert grading.evaluate(ex.id, solution(SLUG, name))[0].message is None
-    for letter in sorted(explained):
-        message = grading.evaluate(ex.id, lambda letter=letter: letter)[0].message
-        assert message and f"'{right}'" not in message and f"({right})" not in message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -367,19 +368,44 @@ def test_a_not_implemented_error_of_the_students_own_making_is_not_blank(monkeyp
 # ---- questions --------------------------------------------------------------------------------
 
 
-def _answer() -> str:
-    return "b"
-
-
-def test_a_multiple_choice_question_is_graded_by_its_letter(monkeypatch) -> None:
+@pytest.fixture()
+def quiz(monkeypatch: pytest.MonkeyPatch) -> grading.Question:
     module = types.ModuleType("course_lib.exercises.quiz")
-    ex = Exercise(id="quiz.q", reference=_answer, cases=grading.answer_case, call=grading.choice,
-                  slips=(grading.Slip("(a) confuses cause and effect", lambda: "a"),))
-    module.EXERCISES = {ex.id: ex}
+    question = grading.Question(id="quiz.q", choices="abc", hint="weigh cause against effect")
+    module.EXERCISES = {question.id: question}
     monkeypatch.setitem(sys.modules, "course_lib.exercises.quiz", module)
-    assert grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: " B ")) is None
-    wrong = grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: "a"))
-    assert "(a) confuses cause and effect" in wrong
-    other = grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: "c"))
-    assert "not the right answer" in other and "'b'" not in other, "feedback never gives it away"
-    assert "one letter" in grading.format_failures(ex.id, grading.evaluate(ex.id, lambda: None))
+    return question
+
+
+def test_a_multiple_choice_question_is_graded_by_its_letter(quiz: grading.Question) -> None:
+    def failures(fn: Callable[[], Any], answer: str = "b") -> str:
+        return grading.format_failures(quiz.id, grading.evaluate(quiz.id, fn, answer)) or ""
+
+    assert failures(lambda: " B ") == ""
+    for letter in "ac":
+        wrong = failures(lambda letter=letter: letter)
+        assert "that is not the right answer; weigh cause against effect" in wrong
+        assert "'b'" not in wrong and "(b)" not in wrong, "feedback never gives it away"
+    assert "answer with one of the letters a, b, c; got 'd'" in failures(lambda: "d")
+    assert "one letter" in failures(lambda: None)
+    assert failures(lambda: "c", answer="c") == ""  # the answer is the caller's, not the package's
+
+
+def test_check_passes_a_questions_answer_and_requires_it(quiz: grading.Question, capsys) -> None:
+    grading.check(quiz.id, lambda: "a", answer="a")
+    assert "all hidden test cases passed" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="not the right answer"):
+        grading.check(quiz.id, lambda: "a", answer="b")
+    with pytest.raises(grading.GradingError, match="its hidden test gives the answer"):
+        grading.check(quiz.id, lambda: "a")
+
+
+def test_a_question_declaration_is_checked() -> None:
+    with pytest.raises(grading.GradingError, match="distinct lower-case letters"):
+        grading.Question(id="quiz.q", choices="aab", hint="think")
+    with pytest.raises(grading.GradingError, match="needs a hint"):
+        grading.Question(id="quiz.q", choices="abc")
+    with pytest.raises(grading.GradingError, match="no reference or slips"):
+        grading.Question(id="quiz.q", hint="think", reference=lambda: "a")
+    with pytest.raises(grading.GradingError, match="no reference or slips"):
+        grading.Question(id="quiz.q", hint="think", slips=(grading.Slip("no", lambda: "a"),))

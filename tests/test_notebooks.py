@@ -67,7 +67,7 @@ def test_source_notebook_follows_the_chapter_template(slug: str) -> None:
         visible = f'with grading.visible_tests("{chapter}.{name}"):'
         assert visible in source.split("### BEGIN HIDDEN TESTS")[0], \
             f"{name}: the visible tests run inside {visible}"
-        call = f'grading.check("{chapter}.{name}", {name})'
+        call = f'grading.check("{chapter}.{name}", {name}'  # a question's also gives its answer
         assert "### BEGIN HIDDEN TESTS" in source and call in source, f"{name}: hidden test {call}"
         assert "### BEGIN SOLUTION" in "".join(sol["source"])
         assert f"{chapter}.{name}" in registry, f"{chapter}.{name} is not registered"

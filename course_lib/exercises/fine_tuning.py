@@ -27,10 +27,10 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from course_lib import arithmetic, distill, dpo, finetune, grading, lora
+from course_lib import arithmetic, distill, dpo, finetune, lora
 from course_lib.exercises._calls import extract_all
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, pick, randn
-from course_lib.grading import Case, Exercise, Slip
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 # 1. lora_forward --------------------------------------------------------------------------------
@@ -209,18 +209,11 @@ _TRAINABLE_SLIPS = (
 # 2c. predict_forgetting (question) --------------------------------------------------------------
 
 
-def predict_forgetting() -> str:
-    """Reference answer of the prediction: full fine-tuning and LoRA r=16 at the same rate."""
-    return "a"
-
-
-_FORGETTING_SLIPS = (
-    Slip("at the same learning rate, each step moves every weight for full fine-tuning but only "
-         "a rank-16 update per matrix for LoRA; which update can change more of what the model "
-         "does on Shakespeare?", lambda: "b"),
-    Slip("the two runs share the batches and the rate, but not what can move: count how many "
-         "directions of each weight matrix each method can change", lambda: "c"),
-)
+_PREDICT_FORGETTING = Question(
+    id="fine_tuning.predict_forgetting", choices="abc",
+    hint=("at the same learning rate, count how many directions of each weight matrix each "
+          "method can change: which update can change more of what the model does on "
+          "Shakespeare?"))
 
 
 # 3. answer_only_loss ----------------------------------------------------------------------------
@@ -639,8 +632,7 @@ EXERCISES = {ex.id: ex for ex in [
     Exercise(id="fine_tuning.lora_trainable", reference=lora.gpt_lora_parameters,
              cases=_trainable_cases, slips=_TRAINABLE_SLIPS,
              forbidden=(lora.add_lora, lora.trainable_parameters)),
-    Exercise(id="fine_tuning.predict_forgetting", reference=predict_forgetting,
-             cases=grading.answer_case, call=grading.choice, slips=_FORGETTING_SLIPS),
+    _PREDICT_FORGETTING,
     Exercise(id="fine_tuning.answer_only_loss", reference=finetune.answer_only_loss,
              cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.distillation_loss", reference=distill.distillation_loss,

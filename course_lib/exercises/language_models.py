@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from course_lib import attention, bpe, copying, gpt, grading, sampling
+from course_lib import attention, bpe, copying, gpt, sampling
 from course_lib.exercises._calls import pairs_as_rows
 from course_lib.exercises._common import Inputs, f32, f64, gen, pick, randn
-from course_lib.grading import Case, Exercise, Slip
+from course_lib.grading import Case, Exercise, Question, Slip
 
 Pair = tuple[int, int]
 
@@ -682,19 +682,11 @@ _CHUNK_SLIPS = (
 # 9. length_normalisation (question) ------------------------------------------------------------
 
 
-def length_normalisation() -> str:
-    """Reference answer: normalising by n**alpha can only pick a line at least as long."""
-    return "b"
-
-
-_NORMALISATION_SLIPS = (
-    Slip("take the plain beam's choice A and a line B with s_B <= s_A < 0 and n_B <= n_A: can "
-         "s_B / n_B^alpha exceed s_A / n_A^alpha?", lambda: "a"),
-    Slip("a shorter line B has s_B <= s_A and n_B^alpha <= n_A^alpha: compare s_B / n_B^alpha "
-         "with s_A / n_A^alpha in general, not on examples", lambda: "c"),
-    Slip("dividing by n^alpha changes the ranking: a longer line whose sum is a little lower can "
-         "overtake", lambda: "d"),
-)
+_LENGTH_NORMALISATION = Question(
+    id="language_models.length_normalisation", choices="abcd",
+    hint=("take the line A of highest s and a shorter line B of the same beam: s_B <= s_A < "
+          "0 and n_B^alpha <= n_A^alpha; compare s_B / n_B^alpha with s_A / n_A^alpha in "
+          "general, not on examples"))
 
 
 # 10. max_copy_length ---------------------------------------------------------------------------
@@ -775,8 +767,7 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_chunk_cases, slips=_CHUNK_SLIPS,
              forbidden=(gpt.CausalSelfAttention, gpt.KVCache, gpt.Block, gpt.GPT,
                         attention.scaled_dot_product_attention, attention.causal_mask)),
-    Exercise(id="language_models.length_normalisation", reference=length_normalisation,
-             cases=grading.answer_case, slips=_NORMALISATION_SLIPS, call=grading.choice),
+    _LENGTH_NORMALISATION,
     Exercise(id="language_models.temperature_top_k", reference=temperature_top_k,
              cases=_top_k_cases, slips=_TOP_K_SLIPS, forbidden=_SAMPLING_FORBIDDEN),
     Exercise(id="language_models.top_p_filter", reference=top_p_filter,

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from course_lib import llama, moe, positional, rope, speculative
 from course_lib.exercises._common import Inputs, f32, f64, gen, pick, randn
-from course_lib.grading import Case, Exercise, Slip, answer_case, choice
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 # 1. apply_rotary: the paper's (interleaved) rotation of q or k --------------------------------
@@ -382,19 +382,10 @@ _ACCEPT_SLIPS = (
 # 8. ladder_prediction -------------------------------------------------------------------------
 
 
-def ladder_prediction() -> str:
-    """Reference: the rung of section 8's ladder that lowers the validation loss most."""
-    return "a"
-
-
-_LADDER_SLIPS = (
-    Slip("compare the means of the rungs with their spread across seeds in the table: one rung "
-         "moves the loss by far more than the others", lambda: "b"),
-    Slip("compare the means of the rungs with their spread across seeds in the table: one rung "
-         "moves the loss by far more than the others", lambda: "c"),
-    Slip("compare the means of the rungs with their spread across seeds in the table: one rung "
-         "moves the loss by far more than the others", lambda: "d"),
-)
+_LADDER_PREDICTION = Question(
+    id="modern_decoder.ladder_prediction", choices="abcd",
+    hint=("compare the means of the rungs with their spread across seeds in the table: one "
+          "rung moves the loss by far more than the others"))
 
 
 EXERCISES = {ex.id: ex for ex in [
@@ -419,6 +410,5 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_accept_cases, slips=_ACCEPT_SLIPS,
              forbidden=(speculative.accept_step, speculative.speculative_generate,
                         speculative.acceptance_probability)),
-    Exercise(id="modern_decoder.ladder_prediction", reference=ladder_prediction,
-             cases=answer_case, call=choice, slips=_LADDER_SLIPS),
+    _LADDER_PREDICTION,
 ]}

@@ -20,7 +20,7 @@ import torch
 from course_lib import reasoning, rl
 from course_lib.exercises._calls import each_call
 from course_lib.exercises._common import f32, f64, gen, pick, randn
-from course_lib.grading import Case, Exercise, Slip, answer_case, choice
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 # 1. majority_vote -------------------------------------------------------------------------------
@@ -373,19 +373,10 @@ _GRPO_SLIPS = (
 # 6. hacking_prediction --------------------------------------------------------------------------
 
 
-def hacking_prediction() -> str:
-    """Reference: what GRPO with the format-only reward did to pass@1 (section 3's run)."""
-    return "b"
-
-
-_HACKING_SLIPS = (
-    Slip("look at what the format reward pays for, and at its value before training: how many "
-         "groups have rewards that differ?", lambda: "a"),
-    Slip("look at what the format reward pays for, and at its value before training: how many "
-         "groups have rewards that differ?", lambda: "c"),
-    Slip("look at what the format reward pays for, and at its value before training: how many "
-         "groups have rewards that differ?", lambda: "d"),
-)
+_HACKING_PREDICTION = Question(
+    id="reasoning.hacking_prediction", choices="abc",
+    hint=("look at what the format reward pays for, and at its value before training: how "
+          "many groups have rewards that differ?"))
 
 
 EXERCISES = {ex.id: ex for ex in [
@@ -399,6 +390,5 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_RLOO_SLIPS),
     Exercise(id="reasoning.grpo_loss", reference=rl.grpo_loss, cases=_grpo_cases,
              slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,)),
-    Exercise(id="reasoning.hacking_prediction", reference=hacking_prediction,
-             cases=answer_case, call=choice, slips=_HACKING_SLIPS),
+    _HACKING_PREDICTION,
 ]}

@@ -16,10 +16,10 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from course_lib import attention, grading, multihead, positional
+from course_lib import attention, multihead, positional
 from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
                                           randn)
-from course_lib.grading import Case, Exercise, Slip
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 def _weights_problem(weights: np.ndarray, expected: np.ndarray,
@@ -229,19 +229,11 @@ _STEP_SLIPS = (
 
 
 # 3. kv_cache_cost (question) ------------------------------------------------------------------
-def kv_cache_cost() -> str:
-    """Reference answer of the question on the number of scores a decoder computes."""
-    return "b"
-
-
-_COST_SLIPS = (
-    Slip("with the cache, step t still compares its one query with every cached key: count the "
-         "scores of one step, then sum over the steps", lambda: "a"),
-    Slip("without the cache, step t recomputes the whole t x t score matrix, not only the "
-         "newest row: the two counts differ", lambda: "c"),
-    Slip("count step by step: how many scores does step t compute with the cache, and how "
-         "many without? Sum each count over t = 1..T; no logarithm appears", lambda: "d"),
-)
+_KV_CACHE_COST = Question(
+    id="self_attention.kv_cache_cost", choices="abcd",
+    hint=("count step by step: how many scores does step t compute with the cache (its one "
+          "query against every cached key), and how many without (the whole t x t matrix)? "
+          "Sum each count over t = 1..T"))
 
 
 # 4. multi_head_attention ----------------------------------------------------------------------
@@ -441,36 +433,18 @@ _MAP_SLIPS = (
 
 
 # 7. pe_similarity (question) ------------------------------------------------------------------
-def pe_similarity() -> str:
-    """Reference answer of the question on PE_t . PE_{t+s} as the offset grows."""
-    return "c"
-
-
-_SIMILARITY_SLIPS = (
-    Slip("expand the dot product pair by pair with the addition formula: it is a sum of "
-         "cos(omega_i s) over the frequencies; is such a sum monotone in s?", lambda: "a"),
-    Slip("write PE_{t+s} = M_s PE_t and expand pair by pair: sin(x)sin(y) + cos(x)cos(y) "
-         "= cos(x - y); what is left of t?", lambda: "b"),
-    Slip("at s = 0 each pair gives sin^2 + cos^2 = 1, at other offsets cos(omega_i s), which "
-         "is smaller for most frequencies", lambda: "d"),
-)
+_PE_SIMILARITY = Question(
+    id="self_attention.pe_similarity", choices="abcd",
+    hint=("expand the dot product pair by pair with sin(x)sin(y) + cos(x)cos(y) = cos(x - "
+          "y): what is left of t, and how does a sum of cos(omega_i s) over the frequencies "
+          "behave as s grows?"))
 
 
 # 8. predict_one_pair (question) ---------------------------------------------------------------
-def predict_one_pair() -> str:
-    """Reference answer of the prediction of the one-pair recall experiment."""
-    return "c"
-
-
-_ONE_PAIR_SLIPS = (
-    Slip("a gated state can hold a value unchanged across many steps (an update gate near "
-         "its closed end keeps h_t = h_(t-1)), so the signal need not fade along the path",
-         lambda: "a"),
-    Slip("with one pair there is nothing to match: the only value in the sequence is the "
-         "answer, whatever the query key", lambda: "b"),
-    Slip("nothing in the task favours far pairs: training draws every distance equally "
-         "often", lambda: "d"),
-)
+_PREDICT_ONE_PAIR = Question(
+    id="self_attention.predict_one_pair", choices="abcd",
+    hint=("with one pair in the sequence, what must the GRU carry from the pair to the "
+          "query, and can a gated state hold it unchanged across many steps?"))
 
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
@@ -480,8 +454,7 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
              diagnose=_pair_diagnose),
     Exercise(id="self_attention.cached_attention_step", reference=attention.cached_attention_step,
              cases=_step_cases, slips=_STEP_SLIPS),
-    Exercise(id="self_attention.kv_cache_cost", reference=kv_cache_cost,
-             cases=grading.answer_case, call=grading.choice, slips=_COST_SLIPS),
+    _KV_CACHE_COST,
     Exercise(id="self_attention.multi_head_attention", reference=multi_head_attention,
              cases=_mha_cases, slips=_MHA_SLIPS, diagnose=_pair_diagnose,
              forbidden=(multihead.multi_head_attention, multihead.MultiHeadAttention,
@@ -493,8 +466,6 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="self_attention.relative_position_map", reference=relative_position_map,
              cases=_relative_cases, slips=_MAP_SLIPS,
              forbidden=(positional.relative_position_map,)),
-    Exercise(id="self_attention.pe_similarity", reference=pe_similarity,
-             cases=grading.answer_case, call=grading.choice, slips=_SIMILARITY_SLIPS),
-    Exercise(id="self_attention.predict_one_pair", reference=predict_one_pair,
-             cases=grading.answer_case, call=grading.choice, slips=_ONE_PAIR_SLIPS),
+    _PE_SIMILARITY,
+    _PREDICT_ONE_PAIR,
 ]}

@@ -35,23 +35,14 @@ from torch import nn
 
 from course_lib import alignment, attention, decoding, seq2seq
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
-from course_lib.grading import Case, Exercise, Slip, answer_case, choice
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 # 1. state_collision (a question) -------------------------------------------------------------
-def state_collision() -> str:
-    """Two sources with different targets reach the same final state: the decoder cannot tell."""
-    return "b"
-
-
-_STATE_COLLISION_SLIPS = (
-    Slip("(a) beam search only searches the decoder's own distribution, and that distribution is "
-         "a function of c alone: what differs between the two sources?", lambda: "a"),
-    Slip("(c) a larger decoder is still a function of what it reads; list what the decoder "
-         "of section 3 reads at each step", lambda: "c"),
-    Slip("(d) the decoder is never told the source length: it too would have to be carried "
-         "by c", lambda: "d"),
-)
+_STATE_COLLISION = Question(
+    id="seq2seq.state_collision", choices="abcd",
+    hint=("the decoder reads the source only through c: list what it reads at each step, "
+          "and ask what of that differs between two sources with c(x) = c(x')"))
 
 
 # 2. greedy_decode ----------------------------------------------------------------------------
@@ -260,19 +251,11 @@ def _beam_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | 
 
 
 # 4. beam_vs_greedy (a question) --------------------------------------------------------------
-def beam_vs_greedy() -> str:
-    """Two beams usually, not always, find a sequence at least as probable as greedy's."""
-    return "b"
-
-
-_BEAM_VS_GREEDY_SLIPS = (
-    Slip("(a) greedy's sequence is a candidate only while its prefix is in the beam; can it "
-         "drop out at a step where other prefixes score higher?", lambda: "a"),
-    Slip("(c) two beams keep two prefixes out of the V^t possible ones: the most probable "
-         "sequence can start with the token ranked third", lambda: "c"),
-    Slip("(d) a model that puts almost all its probability on one output leaves both searches "
-         "the same choice at every step", lambda: "d"),
-)
+_BEAM_VS_GREEDY = Question(
+    id="seq2seq.beam_vs_greedy", choices="abcd",
+    hint=("follow both searches step by step on a small model: which prefixes does each "
+          "keep, and can greedy's prefix drop out of the beam at a step where other "
+          "prefixes score higher?"))
 
 
 # 5. masked_softmax ---------------------------------------------------------------------------
@@ -572,19 +555,11 @@ def _decoder_step_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -
 
 
 # 9. uniform_attention (a prediction) ---------------------------------------------------------
-def uniform_attention() -> str:
-    """With v = 0 every step reads the same mean context: exact match collapses."""
-    return "c"
-
-
-_UNIFORM_ATTENTION_SLIPS = (
-    Slip("(a) the decoder's initial state was trained together with attention: was it ever "
-         "needed to carry every digit?", lambda: "a"),
-    Slip("(b) the model without attention was trained to decode from a fixed vector; this one "
-         "was not, and its fixed vector is not the one it learned to read", lambda: "b"),
-    Slip("(d) the learned score is what says which source character to read at each output "
-         "step; what tells the decoder that once every score is 0?", lambda: "d"),
-)
+_UNIFORM_ATTENTION = Question(
+    id="seq2seq.uniform_attention", choices="abcd",
+    hint=("once every score is 0, what tells the decoder which source character to read at "
+          "each output step? And was this model ever trained to decode from one fixed "
+          "summary?"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -592,14 +567,12 @@ _UNIFORM_ATTENTION_SLIPS = (
 # --------------------------------------------------------------------------------------------
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    Exercise(id="seq2seq.state_collision", reference=state_collision, cases=answer_case,
-             call=choice, slips=_STATE_COLLISION_SLIPS),
+    _STATE_COLLISION,
     Exercise(id="seq2seq.greedy_decode", reference=decoding.greedy_decode,
              cases=_greedy_cases, slips=_GREEDY_SLIPS),
     Exercise(id="seq2seq.beam_search", reference=decoding.beam_search,
              cases=_beam_cases, slips=_BEAM_SLIPS, diagnose=_beam_diagnose),
-    Exercise(id="seq2seq.beam_vs_greedy", reference=beam_vs_greedy, cases=answer_case,
-             call=choice, slips=_BEAM_VS_GREEDY_SLIPS),
+    _BEAM_VS_GREEDY,
     Exercise(id="seq2seq.masked_softmax", reference=attention.masked_softmax,
              cases=_softmax_cases, slips=_SOFTMAX_SLIPS, diagnose=_softmax_diagnose),
     Exercise(id="seq2seq.additive_score", reference=alignment.additive_score,
@@ -609,6 +582,5 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="seq2seq.attention_decoder_step", reference=seq2seq.attention_decoder_step,
              cases=_decoder_step_cases, slips=_DECODER_STEP_SLIPS,
              diagnose=_decoder_step_diagnose),
-    Exercise(id="seq2seq.uniform_attention", reference=uniform_attention, cases=answer_case,
-             call=choice, slips=_UNIFORM_ATTENTION_SLIPS),
+    _UNIFORM_ATTENTION,
 ]}

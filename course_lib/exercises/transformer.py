@@ -28,7 +28,7 @@ from course_lib import attention, lm, multihead, transformer
 from course_lib.exercises._calls import mask_tokens_draws
 from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
                                           randn)
-from course_lib.grading import Case, Exercise, Slip, answer_case, choice
+from course_lib.grading import Case, Exercise, Question, Slip
 
 Inputs = Callable[[], dict[str, Any]]
 
@@ -391,37 +391,20 @@ _DECODER_LAYER_SLIPS = (
 # 6. ffn_share (a question) -------------------------------------------------------------------
 
 
-def ffn_share() -> str:
-    """Reference: the FFN holds ``8 d^2`` of a GPT-style layer's ``12 d^2`` parameters."""
-    return "c"
-
-
-_FFN_SHARE_SLIPS = (
-    Slip("count both: attention has four d x d projections; the FFN has two maps between d and "
-         "d_ff = 4 d features", lambda: "a"),
-    Slip("the two blocks are not the same size: count the FFN's two maps between d and 4 d "
-         "features against attention's four d x d projections", lambda: "b"),
-    Slip("that is more than the FFN holds: its two maps have d x 4 d weights each; attention's "
-         "four projections are not negligible", lambda: "d"),
-)
+_FFN_SHARE = Question(
+    id="transformer.ffn_share", choices="abcd",
+    hint=("count both blocks: attention has four d x d projections; the FFN has two maps "
+          "between d and d_ff = 4 d features"))
 
 
 # 7. no_causal_mask (an ablation to predict) --------------------------------------------------
 
 
-def no_causal_mask() -> str:
-    """Reference: low teacher-forced loss, but greedy decoding fails (the model copied ahead)."""
-    return "b"
-
-
-_NO_CAUSAL_MASK_SLIPS = (
-    Slip("during teacher forcing the decoder's input at position t + 1 is the very token that "
-         "position t must predict: think about what an unmasked position can read", lambda: "a"),
-    Slip("nothing about the task became harder during training: ask what each position can now "
-         "see in the teacher-forced input", lambda: "c"),
-    Slip("the extra context exists only in training; ask what the model sees when it generates "
-         "one token at a time", lambda: "d"),
-)
+_NO_CAUSAL_MASK = Question(
+    id="transformer.no_causal_mask", choices="abcd",
+    hint=("during teacher forcing the decoder's input at position t + 1 is the token "
+          "position t must predict: what can an unmasked position read in training, and "
+          "what does the model see when it generates one token at a time?"))
 
 
 # 8. mask_tokens, graded by its properties over many draws ---------------------------------------
@@ -596,10 +579,8 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
                         transformer.key_padding_mask, attention.causal_mask)),
     Exercise(id="transformer.decoder_layer", reference=decoder_layer,
              cases=_decoder_layer_cases, slips=_DECODER_LAYER_SLIPS, forbidden=_LAYERS),
-    Exercise(id="transformer.ffn_share", reference=ffn_share, cases=answer_case,
-             call=choice, slips=_FFN_SHARE_SLIPS),
-    Exercise(id="transformer.no_causal_mask", reference=no_causal_mask, cases=answer_case,
-             call=choice, slips=_NO_CAUSAL_MASK_SLIPS),
+    _FFN_SHARE,
+    _NO_CAUSAL_MASK,
     Exercise(id="transformer.mask_tokens", reference=lm.mask_tokens, cases=_mask_tokens_cases,
              call=mask_tokens_draws, postprocess=mask_tokens_verdicts,
              slips=_MASK_TOKENS_SLIPS),
