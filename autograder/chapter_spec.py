@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
+from nbformat import NotebookNode
+
+from coursebook import notebooks
 
 HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS\n?(.*?)### END HIDDEN TESTS\n?", re.S)
 #: The hidden call: exercise id, function name and, for a question, its answer (one letter).
@@ -124,17 +126,14 @@ def _nbgrader(cell: dict) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
-def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
-                      release: Path | None = None) -> ChapterSpec:
-    """Parse the source notebook (and the release, when it exists) of a chapter."""
-    raw = source.read_bytes()
-    nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+def _setup_cells(nb: NotebookNode, source: Path) -> list[str]:
+    """The cells tagged ``setup``, then the imports of the chapter's other (demo) cells, so that
+    a visible test that uses a module a demo imported (``decoding.greedy``) finds it without
+    re-running the demo."""
     setup = [c.source for c in nb.cells
              if c.cell_type == "code" and "setup" in c.metadata.get("tags", [])]
     if not setup:
         raise SpecError(f"{source}: no code cell tagged 'setup'")
-    # The imports of the chapter's other (demo) cells, so that a visible test that uses a module
-    # a demo imported (``decoding.greedy``) finds it without re-running the demo.
     imports: list[str] = []
     for c in nb.cells:
         meta = _nbgrader(c)
@@ -154,6 +153,11 @@ def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
                     imports.append(line)
     if imports:
         setup.append("\n".join(imports) + "\n")
+    return setup
+
+
+def _exercises(nb: NotebookNode, source: Path) -> list[ExerciseSpec]:
+    """One exercise per graded test cell, with the solution cell that defines its function."""
     solutions: dict[str, tuple[str, str | None, list[str]]] = {}
     for cell in nb.cells:
         meta = _nbgrader(cell)
@@ -186,34 +190,54 @@ def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
         ))
     if not exercises:
         raise SpecError(f"{source}: no graded test cells")
-    spec = ChapterSpec(chapter_name, exercise_chapter, setup, exercises,
-                       source_sha=hashlib.sha256(raw).hexdigest())
+    return exercises
+
+
+def _add_release(spec: ChapterSpec, rel: NotebookNode) -> None:
+    """The release's stubs, test cells, other texts and cell ids, into ``spec``."""
+    sol_ids = {ex.solution_grade_id: ex for ex in spec.exercises}
+    test_ids = {ex.test_grade_id: ex for ex in spec.exercises}
+    stubs: dict[str, str] = {}
+    tests: dict[str, str] = {}
+    for cell in rel.cells:
+        gid = _nbgrader(cell).get("grade_id")
+        text = normalise_source(cell.source)
+        if gid in sol_ids:
+            stubs[gid] = text
+            spec.release_ids[cell.get("id", "")] = f"solution:{gid}"
+        elif gid in test_ids:
+            tests[gid] = text
+            spec.release_ids[cell.get("id", "")] = f"test:{gid}"
+        else:
+            spec.release_texts.add(text)
+            if cell.get("id"):
+                spec.release_ids[cell["id"]] = "other"
+    spec.exercises = [ExerciseSpec(**{**ex.__dict__,
+                                      "release_stub": stubs.get(ex.solution_grade_id, ""),
+                                      "release_test": tests.get(ex.test_grade_id, "")})
+                      for ex in spec.exercises]
+
+
+def load_chapter_spec(chapter_name: str, exercise_chapter: str, source: Path,
+                      release: Path | None = None) -> ChapterSpec:
+    """Parse the source notebook (and the release, when it exists) of a chapter.
+
+    Args:
+        chapter_name: the chapter's slug (``01-seq2seq``).
+        exercise_chapter: the prefix of its exercise ids (``seq2seq``).
+        source: the instructor's notebook.
+        release: the student release; without it, every untagged cell of the source counts as
+            released text (cells left as released are not re-run).
+
+    Raises:
+        SpecError: the source does not follow the authoring conventions.
+    """
+    raw = source.read_bytes()
+    nb = notebooks.reads(raw.decode("utf-8"), str(source))
+    spec = ChapterSpec(chapter_name, exercise_chapter, _setup_cells(nb, source),
+                       _exercises(nb, source), source_sha=hashlib.sha256(raw).hexdigest())
     if release is not None and release.exists():
-        rel = nbformat.read(release, as_version=4)
-        sol_ids = {ex.solution_grade_id: ex for ex in exercises}
-        test_ids = {ex.test_grade_id: ex for ex in exercises}
-        updated = []
-        stubs: dict[str, str] = {}
-        tests: dict[str, str] = {}
-        for cell in rel.cells:
-            meta = _nbgrader(cell)
-            gid = meta.get("grade_id")
-            text = normalise_source(cell.source)
-            if gid in sol_ids:
-                stubs[gid] = text
-                spec.release_ids[cell.get("id", "")] = f"solution:{gid}"
-            elif gid in test_ids:
-                tests[gid] = text
-                spec.release_ids[cell.get("id", "")] = f"test:{gid}"
-            else:
-                spec.release_texts.add(text)
-                if cell.get("id"):
-                    spec.release_ids[cell["id"]] = "other"
-        for ex in exercises:
-            updated.append(ExerciseSpec(**{**ex.__dict__,
-                                           "release_stub": stubs.get(ex.solution_grade_id, ""),
-                                           "release_test": tests.get(ex.test_grade_id, "")}))
-        spec.exercises = updated
+        _add_release(spec, notebooks.read(release))
     else:
         for cell in nb.cells:
             if not _nbgrader(cell).get("grade_id"):
