@@ -71,9 +71,10 @@ test: setup
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
-# chapters/ from solutions/ (nbgrader generate_assignment underneath).
+# chapters/ and colab/ from solutions/ (nbgrader generate_assignment underneath); writes generated
+# files only, and fails naming file and line where a hand-edited file names another repository.
 release: $(STAMP)
-	$(PY) -m autograder release
+	$(PY) -m publish release
 
 clean:
 	rm -rf _build

@@ -4,7 +4,7 @@ What it adds to Jupyter Book / sphinx-book-theme:
 
 * **Launch and download buttons open the Colab copy.** A chapter page is rendered from the MyST
   release ``chapters/NN-slug/slug.ipynb``, but Colab and a downloaded notebook need the plain
-  Jupyter copy ``colab/NN-slug/slug.ipynb`` (written by ``python -m autograder release``). The
+  Jupyter copy ``colab/NN-slug/slug.ipynb`` (written by ``python -m publish release``). The
   theme points its Colab button at the page's own source and serves that source as the download;
   here the Colab button is pointed at ``colab/...`` on the same repository and branch, and the
   served ``_sources/chapters/NN-slug/slug.ipynb`` is replaced by the Colab copy when the build
@@ -50,7 +50,7 @@ LOGGER = logging.getLogger(__name__)
 #: Cell tag that marks a chapter's main figure (wins over ``main_figure`` in chapters.yml).
 MAIN_FIGURE_TAG = "main-figure"
 #: The command that writes the Colab copies (named in error messages).
-RELEASE_COMMAND = "python -m autograder release"
+RELEASE_COMMAND = "python -m publish release"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def check_colab_copies(app: Sphinx, env: Any, docnames: list[str]) -> None:
         raise ExtensionError(
             "course_site: the Colab copies that the chapter pages' Colab and download buttons "
             f"open are missing: {', '.join(missing)}. Write them with `{RELEASE_COMMAND} "
-            "<NN-slug>` (autograder/colab.py converts the release to plain Jupyter).")
+            "<NN-slug>` (publish/colab.py converts the release to plain Jupyter).")
 
 
 def point_buttons_at_colab_copy(app: Sphinx, pagename: str, templatename: str,

@@ -1,13 +1,12 @@
 """The command line of the grading pipeline:
-``python -m autograder {release,check-release,measure,grade,gradescope,prairielearn}``."""
+``python -m autograder {grade,gradescope,prairielearn}`` (publishing is ``python -m publish``)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from autograder.paths import RELEASE_ROOT, SOURCE_ROOT, find_chapters
+from autograder.paths import RELEASE_ROOT, SOURCE_ROOT
 
 
 def _add_roots(p: argparse.ArgumentParser) -> None:
@@ -20,21 +19,6 @@ def _add_roots(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("release", help="write chapters/ and colab/ from solutions/ (nbgrader generate_assignment)")
-    p.add_argument("chapters", nargs="*", help="01-seq2seq, 01 or seq2seq (default: all)")
-    _add_roots(p)
-
-    p = sub.add_parser("check-release", help="exit 1 naming each chapter whose release drifted")
-    p.add_argument("chapters", nargs="*")
-    _add_roots(p)
-
-    p = sub.add_parser("measure", help="write _data/measured/<slug>.json (the numbers of the Colab "
-                       "copies' text) from the executed book; run `make book` first")
-    p.add_argument("chapters", nargs="*")
-    p.add_argument("--build", type=Path, default=None,
-                   help="the built book (default: _build, where `make book` writes it)")
-    _add_roots(p)
 
     p = sub.add_parser("grade", help="grade a folder or zip of submitted notebooks")
     p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
@@ -73,44 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "measure":
-        from autograder import measured
-
-        failed = 0
-        for chapter in find_chapters(args.source_root, args.release_root, args.chapters):
-            try:
-                print(f"wrote {measured.record(chapter, args.build or measured.BUILD)}")
-            except measured.MeasuredError as err:
-                print(err, file=sys.stderr)
-                failed = 2
-        if not failed:
-            print("now run `make release` to write the values into the Colab copies")
-        return failed
-    if args.command in ("release", "check-release"):
-        from autograder.release import ReleaseError, check_release, release
-
-        chapters = find_chapters(args.source_root, args.release_root, args.chapters)
-        if not chapters:
-            print(f"no chapters with a source notebook under {args.source_root}", file=sys.stderr)
-            return 0 if args.command == "release" else 1
-        try:
-            if args.command == "release":
-                for path in release(chapters, warn=lambda line: print(
-                        f"warning: {line}", file=sys.stderr)):
-                    print(f"wrote {path}")
-                return 0
-            drifted = check_release(chapters)
-        except ReleaseError as err:
-            print(err, file=sys.stderr)
-            return 2
-        for line in drifted:
-            print(f"release drifted: {line}", file=sys.stderr)
-        if drifted:
-            print("run `python -m autograder release` (make release) and commit chapters/ and colab/",
-                  file=sys.stderr)
-            return 1
-        print(f"releases in sync: {', '.join(c.name for c in chapters)}")
-        return 0
     if args.command in ("gradescope", "prairielearn"):
         from autograder.platform_common import build_command
 

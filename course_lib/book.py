@@ -7,7 +7,7 @@ needing myst-nb, which Colab lacks), so the book's prose can cite it with
 
 It also prints ``name = value``: the Colab copy of a chapter (``colab/``, plain Jupyter markdown)
 cannot fill values into its prose, so its text carries the numbers the website's build measured
-(committed in ``_data/measured/``, see ``autograder.measured``), and the student reads the numbers
+(committed in ``_data/measured/``, see ``publish.measured``), and the student reads the numbers
 of their own run in the cells, on these lines.
 """
 

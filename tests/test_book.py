@@ -31,7 +31,7 @@ def test_chapter_page_has_its_colab_launch_button(built_book: Path, slug: str) -
     html = (built_book / _page(slug)).read_text()
     repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
     colab_copy = Path("colab") / slug / release_notebook(slug).name
-    assert (ROOT / colab_copy).is_file(), f"{colab_copy} is missing: python -m autograder release"
+    assert (ROOT / colab_copy).is_file(), f"{colab_copy} is missing: python -m publish release"
     target = (f"https://colab.research.google.com/github/{repo}/blob/"
               f"{CONFIG['repository']['branch']}/{colab_copy.as_posix()}")
     assert target in html

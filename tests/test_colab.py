@@ -1,6 +1,6 @@
 """What students open: the Colab copy of each chapter (``colab/``), as plain Jupyter renders it.
 
-* the converter (``autograder.colab``) turns each MyST construct into plain markdown, and refuses
+* the converter (``publish.colab``) turns each MyST construct into plain markdown, and refuses
   what it cannot convert;
 * every committed Colab copy is plain Jupyter markdown, and nbconvert's HTML (the template plain
   Jupyter uses, with its MathJax 2) opened in headless Chromium shows typeset math, no MathJax
@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import colab, measured
-from autograder.paths import Chapter, find_chapters
-from autograder.release import repository_url, stamp_url
+from coursebook import Chapter, find_chapter
+from publish import colab, measured
+from publish.release import hand_edited
+from publish.repository import repository_url, stale_urls
+from publish.site import Site
 from tests.conftest import ROOT, chapter_slugs, load, release_notebook, source_notebook
 
 SLUGS = chapter_slugs()
@@ -126,15 +128,16 @@ def test_the_course_bibliography_loads_with_author_year() -> None:
     assert all(r.year.isdigit() for r in refs.values())
 
 
-def test_repository_url_is_defined_once_and_stamped_everywhere() -> None:
-    url = repository_url()
-    readme = (ROOT / "README.md").read_text()
-    assert f"git+{url}" in readme and stamp_url(readme, url) == readme
-    for slug in SLUGS:
-        for path in (source_notebook(slug), release_notebook(slug), colab_notebook(slug)):
-            text = path.read_text()
-            assert f"git+{url}" in text, f"{path} installs course_lib from the repository"
-            assert stamp_url(text, url) == text, f"{path} names another repository"
+def test_repository_url_is_defined_once_and_repeated_everywhere() -> None:
+    url = repository_url(Site().config)
+    chapters = [find_chapter(slug) for slug in SLUGS]
+    assert hand_edited(chapters) == [c.source for c in chapters] + [ROOT / "README.md"]
+    for path in [ROOT / "README.md", *(p(slug) for slug in SLUGS for p in (
+            source_notebook, release_notebook, colab_notebook))]:
+        assert f"git+{url}" in path.read_text(), f"{path} installs course_lib from the repository"
+        assert stale_urls([path], url) == [], f"{path} names another repository"
+    # the check can fail: another address is found, in a notebook's JSON too
+    assert [s.line for s in stale_urls([source_notebook(SLUGS[0])], url + "-elsewhere")] != []
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,8 +158,7 @@ def test_colab_copy_is_plain_jupyter_markdown(slug: str) -> None:
 
 
 def _chapter(slug: str) -> Chapter:
-    (chapter,) = find_chapters(names=[slug])
-    return chapter
+    return find_chapter(slug)
 
 
 def _glue_names(slug: str) -> set[str]:
@@ -182,7 +184,7 @@ def test_colab_copy_prose_shows_numbers_not_glue_names(slug: str) -> None:
     cells = [c for c in load(colab_notebook(slug))["cells"] if c["cell_type"] == "markdown"]
     left = [f"cell {i}: {m.group(0)}" for i, c in enumerate(cells) for p in patterns
             for m in p.finditer("".join(c["source"]))]
-    assert left == [], f"glue names in {colab_notebook(slug)}'s prose (run `python -m autograder " \
+    assert left == [], f"glue names in {colab_notebook(slug)}'s prose (run `python -m publish " \
                        f"measure` after `make book`, then `make release`): {left}"
     notes = [i for i, c in enumerate(cells) if "measured when the website was built" in
              "".join(c["source"])]
@@ -201,8 +203,8 @@ def test_every_glued_number_of_the_prose_has_a_committed_value(slug: str) -> Non
     chapter = _chapter(slug)
     committed = measured.load(chapter)
     assert measured.missing(chapter) == [], (
-        f"no measured value in {measured.measured_path(chapter)}: run `make book`, "
-        f"`python -m autograder measure {slug}`, then `make release`")
+        f"no measured value in {chapter.measured}: run `make book`, "
+        f"`python -m publish measure {slug}`, then `make release`")
     assert set(committed.varies) <= set(committed.values), "a varying name that is not measured"
     assert all(why.strip() for why in committed.varies.values()), "say why each value varies"
     for name, spec in measured.chapter_roles(chapter):
@@ -211,7 +213,7 @@ def test_every_glued_number_of_the_prose_has_a_committed_value(slug: str) -> Non
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_numbers_are_formatted_as_myst_nb_formats_them(slug: str) -> None:
-    """:func:`autograder.measured.format_value` against myst-nb's own ``{glue:text}`` formatting,
+    """:func:`publish.measured.format_value` against myst-nb's own ``{glue:text}`` formatting,
     on every committed value of the chapter with the format its prose gives it."""
     from myst_nb.core.variables import format_plain_text
 
@@ -324,10 +326,10 @@ def test_colab_numbers_are_the_websites(built_book: Path, slug: str) -> None:
     committed = measured.load(chapter)
     cited = measured.chapter_roles(chapter)
     assert len(site) == len(cited), "the website pastes another number of values than the prose cites"
-    assert measured.missing(chapter) == [], f"run `python -m autograder measure {slug}`"
+    assert measured.missing(chapter) == [], f"run `python -m publish measure {slug}`"
     differ = [f"{name} ({spec}): website {shown}, committed "
               f"{measured.format_value(committed.values[name], spec)}"
               for (name, spec), shown in zip(cited, site) if name not in committed.varies
               and measured.format_value(committed.values[name], spec) != shown]
-    assert differ == [], (f"run `python -m autograder measure {slug}` and `make release` "
+    assert differ == [], (f"run `python -m publish measure {slug}` and `make release` "
                           f"(or mark a run-to-run timing in `varies`): {differ}")

@@ -1,6 +1,6 @@
-"""The measured numbers of the Colab copies' prose (``autograder.measured``): recorded from the
-executed book by ``python -m autograder measure``, written by ``release``, guarded by
-``check-release``. Runs on the fixture chapter with a fake executed book, so no book is built."""
+"""The measured numbers of the Colab copies' prose (``publish.measured``): recorded from the
+executed book by ``python -m publish measure``, written by ``release``, guarded by ``check``.
+Runs on the fixture chapter with a fake executed book, so no book is built."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autograder import measured
-from autograder.cli import main
-from autograder.paths import Chapter
-from autograder.release import check_release, release
+from coursebook import Chapter, all_chapters, notebooks
+from publish import measured
+from publish.cli import main
+from publish.drift import drifted
+from publish.errors import ReleaseError
+from publish.release import release
 from tests.conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "solutions" / "00-fixture"
@@ -27,56 +29,51 @@ def chapter(tmp_path: Path) -> Chapter:
     src = tmp_path / "solutions" / "00-fixture"
     shutil.copytree(FIXTURE, src)
     nb_path = src / "fixture.ipynb"
-    nb = json.loads(nb_path.read_text())
-    (cell,) = [c for c in nb["cells"] if c.get("id") == "demo-md"]
+    nb = notebooks.read(nb_path)
+    (cell,) = [c for c in nb.cells if c.get("id") == "demo-md"]
     cell["source"] = PROSE
-    nb_path.write_text(json.dumps(nb, indent=1))
-    chapter = Chapter("00-fixture", tmp_path / "solutions", tmp_path / "chapters")
+    notebooks.write(nb, nb_path)
+    (chapter,) = all_chapters(tmp_path)
     release([chapter])
     return chapter
 
 
 def _colab_text(chapter: Chapter) -> str:
-    path = chapter.release_root.parent / "colab" / "00-fixture" / "fixture.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    return "".join(c["source"] for c in cells if c["cell_type"] == "markdown")
+    cells = notebooks.read(chapter.colab).cells
+    return "".join(notebooks.source(c) for c in cells if c.cell_type == "markdown")
 
 
 def _commit(chapter: Chapter, values: dict[str, str], varies: dict[str, str] | None = None) -> None:
-    path = measured.measured_path(chapter)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(measured.Measured(values, varies or {}).text())
+    chapter.measured.parent.mkdir(parents=True, exist_ok=True)
+    chapter.measured.write_text(measured.Measured(values, varies or {}).text())
 
 
 VALUES = {"fx_loss": "0.2512", "fx_steps": "1200", "fx_share": "0.0871"}
 
 
-def test_release_writes_the_committed_numbers_and_check_release_guards_them(
-        chapter: Chapter) -> None:
-    # nothing committed yet: the names stay, release warns, check-release fails naming them
+def test_release_writes_the_committed_numbers_and_check_guards_them(chapter: Chapter) -> None:
+    # nothing committed yet: the names stay, release warns, check fails naming them
     assert "`fx_loss`" in _colab_text(chapter)
     warned: list[str] = []
     release([chapter], warn=warned.append)
     assert len(warned) == 1 and "fx_loss, fx_steps, fx_share" in warned[0]
-    assert "python -m autograder measure 00-fixture" in warned[0]
-    assert any("without a measured value" in line for line in check_release([chapter]))
+    assert "python -m publish measure 00-fixture" in warned[0]
+    assert any("without a measured value" in line for line in drifted([chapter]))
 
     # committed, the copy not regenerated: drift; regenerated: the numbers, in sync
     _commit(chapter, VALUES)
-    drifted = check_release([chapter])
-    assert drifted == [f"00-fixture: {chapter.release_root.parent / 'colab/00-fixture/fixture.ipynb'}"
-                       " differs from the Colab copy of its release and "
-                       "_data/measured/fixture.json"]
+    assert drifted([chapter]) == [f"00-fixture: {chapter.colab} differs from the Colab copy of "
+                                  "its release and _data/measured/fixture.json"]
     warned.clear()
     release([chapter], warn=warned.append)
-    assert warned == [] and check_release([chapter]) == []
+    assert warned == [] and drifted([chapter]) == []
     text = _colab_text(chapter)
     assert "its loss falls to 0.25 in 1,200 steps, 9% of the first loss." in text
     assert "fx_" not in text and "measured when the website was built" in text
 
-    # a committed value changes and the copy is not regenerated: check-release says so
+    # a committed value changes and the copy is not regenerated: check says so
     _commit(chapter, {**VALUES, "fx_loss": "0.2712"})
-    assert len(check_release([chapter])) == 1
+    assert len(drifted([chapter])) == 1
 
 
 def _executed_book(chapter: Chapter, build: Path, glued: dict[str, str]) -> Path:
@@ -115,18 +112,18 @@ def test_measure_refuses_a_stale_or_incomplete_book(chapter: Chapter, tmp_path: 
     with pytest.raises(measured.MeasuredError, match="fx_share = 'most' cannot be formatted"):
         measured.record(chapter, build)
     _executed_book(chapter, build, VALUES)
-    nb = json.loads(executed.read_text())
-    code = next(c for c in nb["cells"] if c["cell_type"] == "code" and c.get("id") == "demo")
+    nb = notebooks.read(executed)
+    code = next(c for c in nb.cells if c.cell_type == "code" and c.get("id") == "demo")
     code["source"] = "print('another demo')"
-    executed.write_text(json.dumps(nb))
+    notebooks.write(nb, executed)
     with pytest.raises(measured.MeasuredError, match="ran other code"):
         measured.record(chapter, build)
-    assert not measured.measured_path(chapter).exists()
+    assert not chapter.measured.exists()
 
 
 def test_measure_command(chapter: Chapter, tmp_path: Path, capsys) -> None:
-    roots = ["--source-root", str(chapter.source_root), "--release-root", str(chapter.release_root),
-             "--build", str(tmp_path / "_build")]
+    roots = ["--source-root", str(tmp_path / "solutions"), "--release-root",
+             str(tmp_path / "chapters"), "--build", str(tmp_path / "_build")]
     assert main(["measure", "00", *roots]) == 2
     assert "run `make book`" in capsys.readouterr().err
     _executed_book(chapter, tmp_path / "_build", VALUES)
@@ -136,19 +133,15 @@ def test_measure_command(chapter: Chapter, tmp_path: Path, capsys) -> None:
 
 
 def test_a_malformed_measured_file_is_an_error_naming_it(chapter: Chapter) -> None:
-    path = measured.measured_path(chapter)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"values": {"fx_loss": 0.25}}))
+    chapter.measured.parent.mkdir(parents=True, exist_ok=True)
+    chapter.measured.write_text(json.dumps({"values": {"fx_loss": 0.25}}))
     with pytest.raises(measured.MeasuredError, match="fixture.json: not a measured-values file"):
         measured.load(chapter)
 
 
-def test_release_and_check_release_name_a_malformed_measured_file(chapter: Chapter) -> None:
-    from autograder.release import ReleaseError
-
-    path = measured.measured_path(chapter)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("{not json")
-    for run in (release, check_release):
+def test_release_and_check_name_a_malformed_measured_file(chapter: Chapter) -> None:
+    chapter.measured.parent.mkdir(parents=True, exist_ok=True)
+    chapter.measured.write_text("{not json")
+    for run in (release, drifted):
         with pytest.raises(ReleaseError, match="00-fixture: .*fixture.json: not a measured-values"):
             run([chapter])

@@ -3,7 +3,7 @@
 The website renders ``chapters/NN-slug/slug.ipynb`` with MyST (citations, numbered equations,
 glued numbers, the reading list). Colab, JupyterLab and VS Code render markdown without MyST, so a
 student who opens that file sees role text instead of the reference, the equation or the number.
-``python -m autograder release`` therefore also writes ``colab/NN-slug/slug.ipynb``, the notebook
+``python -m publish release`` therefore also writes ``colab/NN-slug/slug.ipynb``, the notebook
 that the website's Colab and download buttons open, converted here:
 
 =============================  ====================================================================
@@ -18,11 +18,11 @@ MyST in ``chapters/``          plain Jupyter in ``colab/``
 ``\\softmax`` (a book macro)    its definition from ``_config.yml`` (``\\operatorname{softmax}``)
 =============================  ====================================================================
 
-Glued numbers come from the chapter's committed measurements (:mod:`autograder.measured`): the
+Glued numbers come from the chapter's committed measurements (:mod:`publish.measured`): the
 values the website's build glued, formatted as the website formats them, so the Colab copy reads
 as the website does; a note under the title says that the student's own run prints its own figures
 in the cells (``name = value``, :func:`course_lib.book.glue`). A name without a committed value is
-left as `` `name` `` (:func:`missing_values` lists them; ``release`` warns and ``check-release``
+left as `` `name` `` (:func:`missing_values` lists them; ``release`` warns and ``check``
 fails).
 
 Any other MyST role or directive is an error naming the cell, so a new chapter cannot ship one to
@@ -33,26 +33,27 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable
 
 import yaml
 
-from autograder.measured import format_value, roles, split_role
-from autograder.paths import REPO
+from coursebook import REPO, Chapter, notebooks
+from publish.measured import format_value, roles, split_role
 
 #: A MyST role: ``{name}`content```.
 ROLE_RE = re.compile(r"\{([A-Za-z][\w:.\-]*)\}`([^`]*)`")
 #: A MyST directive fence: ```` ```{name} ```` or ``:::{name}``.
-DIRECTIVE_RE = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{([^}]*)\}(.*)$", re.M)
+DIRECTIVE_RE = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{([^}]*)\}(.*)$", re.MULTILINE)
 #: A labelled display equation: ``$$ ... $$ (label)``.
-LABELLED_EQ_RE = re.compile(r"\$\$(.+?)\$\$[ \t]*\(([\w\-:.]+)\)", re.S)
+LABELLED_EQ_RE = re.compile(r"\$\$(.+?)\$\$[ \t]*\(([\w\-:.]+)\)", re.DOTALL)
 #: What would still be MyST after conversion (checked on the output).
 LEFTOVER_RES = {
     "a role": ROLE_RE,
     "a directive": DIRECTIVE_RE,
-    "a target label": re.compile(r"^\([\w\-:.]+\)=[ \t]*$", re.M),
+    "a target label": re.compile(r"^\([\w\-:.]+\)=[ \t]*$", re.MULTILINE),
     "a substitution": re.compile(r"\{\{[^}]*\}\}"),
     "a labelled equation": re.compile(r"\$\$[ \t]*\([\w\-:.]+\)"),
 }
@@ -83,7 +84,7 @@ class SiteConfig:
     macros: Mapping[str, str]
 
     @classmethod
-    def load(cls, config: Path = REPO / "_config.yml") -> "SiteConfig":
+    def load(cls, config: Path = REPO / "_config.yml") -> SiteConfig:
         data = yaml.safe_load(config.read_text(encoding="utf-8"))
         baseurl = data.get("html", {}).get("baseurl")
         if not baseurl:
@@ -158,7 +159,7 @@ def _equation_numbers(cells: list[dict[str, Any]]) -> dict[str, int]:
     for cell in cells:
         if cell["cell_type"] != "markdown":
             continue
-        for match in LABELLED_EQ_RE.finditer(_text(cell)):
+        for match in LABELLED_EQ_RE.finditer(notebooks.source(cell)):
             label = match.group(2)
             if label in numbers:
                 raise ColabConversionError(f"equation label {label!r} is used twice")
@@ -166,20 +167,20 @@ def _equation_numbers(cells: list[dict[str, Any]]) -> dict[str, int]:
     return numbers
 
 
-def _text(cell: Mapping[str, Any]) -> str:
-    source = cell["source"]
-    return source if isinstance(source, str) else "".join(source)
-
-
 def _reading_list_anchor(cells: list[dict[str, Any]]) -> str:
     """The website's anchor of the section that holds the ``{bibliography}`` directive."""
     for cell in cells:
-        text = _text(cell)
+        text = notebooks.source(cell)
         if cell["cell_type"] == "markdown" and re.search(r"\{bibliography\}", text):
-            headings = re.findall(r"^#+\s+(.+?)\s*$", text, re.M)
+            headings = re.findall(r"^#+\s+(.+?)\s*$", text, re.MULTILINE)
             if headings:
                 return re.sub(r"[^a-z0-9]+", "-", headings[-1].lower()).strip("-")
     return ""
+
+
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement function of ``re.sub`` that inserts ``text`` as it is."""
+    return lambda _match: text
 
 
 class _Converter:
@@ -236,19 +237,21 @@ class _Converter:
     def bibliography(self) -> str:
         lines = [f"- {self.refs[k].full}" for k in sorted(self.cited, key=lambda k: (
             self.refs[k].full.lower()))]
-        return "\n".join(lines) + f"\n\nThe same list, with links, is on the [website]({self.reading_list})."
+        return ("\n".join(lines)
+                + f"\n\nThe same list, with links, is on the [website]({self.reading_list}).")
 
     def markdown(self, text: str, where: str) -> str:
         text = LABELLED_EQ_RE.sub(self.equation, text)
         text = ROLE_RE.sub(lambda m: self.role(m, where), text)
         for name, definition in self.site.macros.items():
-            text = re.sub(rf"\\{re.escape(name)}(?![A-Za-z])", lambda _m: definition, text)
+            # a function, not a replacement string: a definition's backslashes are literal
+            text = re.compile(rf"\\{re.escape(name)}(?![A-Za-z])").sub(_literal(definition), text)
         return text
 
 
 def _bibliography_block(text: str) -> re.Match[str] | None:
     return re.search(r"^(`{3,}|:{3,})[ \t]*\{bibliography\}[^\n]*\n(?:.*?\n)?\1[ \t]*$", text,
-                     re.M | re.S)
+                     re.MULTILINE | re.DOTALL)
 
 
 def leftovers(text: str) -> list[str]:
@@ -276,7 +279,7 @@ def missing_values(nb: Mapping[str, Any], measured: Mapping[str, str]) -> list[s
         ['b']
     """
     names = [n for cell in nb["cells"] if cell["cell_type"] == "markdown"
-             for n, _ in roles(_text(cell))]
+             for n, _ in roles(notebooks.source(cell))]
     return list(dict.fromkeys(n for n in names if n not in measured))
 
 
@@ -291,7 +294,7 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
         site: the website's address and the book's LaTeX macros.
         refs: the course's bibliography (:func:`load_references`).
         measured: the values the website's build glued, ``{name: text/plain}``
-            (:func:`autograder.measured.load`); a glued name without one stays `` `name` ``.
+            (:func:`publish.measured.load`); a glued name without one stays `` `name` ``.
 
     Raises:
         ColabConversionError: a role or directive without a plain form, an unknown citation key or
@@ -305,7 +308,7 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
         if cell["cell_type"] != "markdown":
             continue
         where = f"cell {i}"
-        text = _text(cell)
+        text = notebooks.source(cell)
         block = _bibliography_block(text)
         if block:
             bib_cell = (i, block)
@@ -331,11 +334,11 @@ def to_colab(nb: Mapping[str, Any], *, page_url: str, site: SiteConfig,
     return out
 
 
-def colab_path(release: Path, release_root: Path, colab_root: Path) -> Path:
-    """``chapters/NN-slug/slug.ipynb`` -> ``colab/NN-slug/slug.ipynb``."""
-    return colab_root / release.relative_to(release_root)
+def page_url(site: SiteConfig, chapter: Chapter) -> str:
+    """The chapter's page on the website.
 
-
-def page_url(site: SiteConfig, chapter_name: str, slug: str) -> str:
-    """The chapter's page on the website."""
-    return f"{site.baseurl}chapters/{chapter_name}/{slug}.html"
+    Example:
+        >>> page_url(SiteConfig("https://example.org/c/", {}), Chapter(1, "01-seq2seq", "1. S"))
+        'https://example.org/c/chapters/01-seq2seq/seq2seq.html'
+    """
+    return f"{site.baseurl}chapters/{chapter.slug}/{chapter.stem}.html"

@@ -2,8 +2,9 @@
 
 A chapter's text cites measured numbers with ``{glue:text}`name:fmt```; the website fills in the
 value that its build of the chapter glued (:func:`course_lib.book.glue`). The Colab copy
-(:mod:`autograder.colab`) cannot glue, so it writes the same number, formatted as the website
-formats it, from one committed file per chapter, ``_data/measured/<slug>.json``::
+(:mod:`publish.colab`) cannot glue, so it writes the same number, formatted as the website
+formats it, from one committed file per chapter, ``_data/measured/<stem>.json``
+(:attr:`coursebook.Chapter.measured`)::
 
     {
      "values": {"ch4_bpe_bpb": "3.1654...", ...},
@@ -11,14 +12,14 @@ formats it, from one committed file per chapter, ``_data/measured/<slug>.json``:
     }
 
 ``values`` holds, for every name that the chapter's prose cites, the glued value as the executed
-book stores it (its ``text/plain``). ``python -m autograder measure`` writes them from the executed
+book stores it (its ``text/plain``). ``python -m publish measure`` writes them from the executed
 book (``_build/jupyter_execute``, which ``make book`` fills) and keeps ``varies`` as it is.
 ``varies`` is edited by hand: the names whose value changes from one run of the chapter to the
 next on the same machine (wall-clock times and what is computed from them), each with why. The
 book-build test compares every other committed value with the website's number exactly and only
 checks that a varying one is there.
 
-The file is keyed by the notebook's name (``fine-tuning``), not its number, so that renumbering a
+The file is keyed by the chapter's stem (``fine-tuning``), not its number, so that renumbering a
 chapter does not orphan it.
 """
 
@@ -27,11 +28,14 @@ from __future__ import annotations
 import json
 import re
 from ast import literal_eval
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from autograder.paths import REPO, Chapter
+from nbformat import NotebookNode
+
+from coursebook import REPO, Chapter, notebooks
 
 #: A ``{glue:text}`` role of a chapter's markdown.
 GLUE_ROLE_RE = re.compile(r"\{glue:text\}`([^`]*)`")
@@ -107,18 +111,13 @@ def format_value(text: str, spec: str) -> str:
     return format(value, spec)
 
 
-def measured_path(chapter: Chapter) -> Path:
-    """``_data/measured/<slug>.json`` beside the chapter's release root (``chapters/``)."""
-    return chapter.release_root.parent / "_data" / "measured" / f"{chapter.slug}.json"
-
-
 def load(chapter: Chapter) -> Measured:
     """The chapter's committed values (none when it has no file yet).
 
     Raises:
         MeasuredError: the file is not the format :meth:`Measured.text` writes.
     """
-    path = measured_path(chapter)
+    path = chapter.measured
     if not path.exists():
         return Measured()
     try:
@@ -133,9 +132,9 @@ def load(chapter: Chapter) -> Measured:
 
 def chapter_roles(chapter: Chapter) -> list[tuple[str, str]]:
     """Every ``{glue:text}`` role of the chapter's release markdown, in page order."""
-    nb = json.loads(chapter.release.read_text(encoding="utf-8"))
-    return [r for cell in nb["cells"] if cell["cell_type"] == "markdown"
-            for r in roles(_source(cell))]
+    nb = notebooks.read(chapter.release)
+    return [r for cell in nb.cells if cell.cell_type == "markdown"
+            for r in roles(notebooks.source(cell))]
 
 
 def missing(chapter: Chapter, names: Iterable[str] | None = None) -> list[str]:
@@ -145,11 +144,6 @@ def missing(chapter: Chapter, names: Iterable[str] | None = None) -> list[str]:
     return list(dict.fromkeys(n for n in wanted if n not in values))
 
 
-def _source(cell: Mapping[str, Any]) -> str:
-    source = cell["source"]
-    return source if isinstance(source, str) else "".join(source)
-
-
 def executed(chapter: Chapter, build: Path = BUILD) -> dict[str, str]:
     """What the executed book glued for the chapter: ``{name: text/plain}``.
 
@@ -157,27 +151,25 @@ def executed(chapter: Chapter, build: Path = BUILD) -> dict[str, str]:
         MeasuredError: the book has not executed the chapter, or executed another version of its
             code (the release's code cells changed since ``make book``).
     """
-    root = build / "jupyter_execute" / chapter.release_root.name / chapter.name
-    notebook = root / chapter.release.name
+    notebook = build / "jupyter_execute" / "chapters" / chapter.slug / chapter.release.name
     glue_file = notebook.with_suffix(".glue.json")
     if not notebook.exists() or not glue_file.exists():
-        raise MeasuredError(f"{chapter.name}: the executed book has no {glue_file}: run `make book`")
-    ran = json.loads(notebook.read_text(encoding="utf-8"))
-    release = json.loads(chapter.release.read_text(encoding="utf-8"))
-    if _code(ran) != _code(release):
-        raise MeasuredError(f"{chapter.name}: the executed book ran other code than "
+        raise MeasuredError(f"{chapter.slug}: the executed book has no {glue_file}: "
+                            "run `make book`")
+    if _code(notebooks.read(notebook)) != _code(notebooks.read(chapter.release)):
+        raise MeasuredError(f"{chapter.slug}: the executed book ran other code than "
                             f"{chapter.release}: run `make release` and `make book` first")
     saved = json.loads(glue_file.read_text(encoding="utf-8"))
     return {name: output["data"]["text/plain"] for name, output in saved.items()
             if "text/plain" in output.get("data", {})}
 
 
-def _code(nb: Mapping[str, Any]) -> list[str]:
-    return [_source(c).strip() for c in nb["cells"] if c["cell_type"] == "code"]
+def _code(nb: NotebookNode) -> list[str]:
+    return [notebooks.source(c).strip() for c in nb.cells if c.cell_type == "code"]
 
 
 def record(chapter: Chapter, build: Path = BUILD) -> Path:
-    """Write ``_data/measured/<slug>.json`` from the executed book: the value of every name that
+    """Write ``_data/measured/<stem>.json`` from the executed book: the value of every name that
     the chapter's prose cites (the hand-kept ``varies`` entries of names still cited stay).
 
     Raises:
@@ -188,19 +180,19 @@ def record(chapter: Chapter, build: Path = BUILD) -> Path:
     cited = chapter_roles(chapter)
     absent = list(dict.fromkeys(n for n, _ in cited if n not in glued))
     if absent:
-        raise MeasuredError(f"{chapter.name}: the prose cites values that the executed book did "
+        raise MeasuredError(f"{chapter.slug}: the prose cites values that the executed book did "
                             f"not glue: {', '.join(absent)}")
     for name, spec in cited:
         try:
             format_value(glued[name], spec)
         except (ValueError, TypeError) as err:
-            raise MeasuredError(f"{chapter.name}: {name} = {glued[name]} cannot be formatted "
+            raise MeasuredError(f"{chapter.slug}: {name} = {glued[name]} cannot be formatted "
                                 f"as {spec!r}: {err}") from err
     names = {n for n, _ in cited}
     old = load(chapter)
     new = Measured({n: glued[n] for n in names},
                    {n: why for n, why in old.varies.items() if n in names})
-    path = measured_path(chapter)
+    path = chapter.measured
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new.text(), encoding="utf-8")
     return path
