@@ -53,6 +53,7 @@ pytestmark = [pytest.mark.slow]
 
 
 def colab_notebook(slug: str) -> Path:
+    """The Colab copy of chapter ``slug`` (what the launch button opens)."""
     return ROOT / "colab" / slug / release_notebook(slug).name
 
 
@@ -89,6 +90,7 @@ def runtime_key(python: Path) -> str:
 
 
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pip ARGS``, quietly, its output captured."""
     return subprocess.run([str(python), "-m", "pip", *args, "-q", "--disable-pip-version-check"],
                           capture_output=True, text=True)
 
@@ -121,6 +123,7 @@ def cached_runtime(python: Path) -> Path:
 
 
 def _site_packages(venv: Path) -> Path:
+    """The folder ``venv``'s pip installs pure-Python packages into."""
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import sysconfig; print(sysconfig.get_path('purelib'))"],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -215,10 +218,12 @@ def ran(request: pytest.FixtureRequest, colab_kernel: dict[str, str],
 
 
 def _text(cell: Any) -> str:
+    """What an executed cell printed (its stream outputs)."""
     return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
 def _test_cells(nb: Any) -> list[Any]:
+    """The graded test cells of ``nb`` (nbgrader ``grade``)."""
     return [c for c in nb.cells if nbgrader_meta(c).get("grade")]
 
 
@@ -249,8 +254,7 @@ def test_solved_copy_runs_all_with_every_visible_test_passing(ran: dict[str, Any
         f"{ran['slug']}: visible tests passed in {sum(passed)} of {len(passed)} test cells"
 
 
-def test_the_runtime_is_colabs_and_holds_no_undeclared_package(
-        colab_kernel: dict[str, str]) -> None:
+def test_the_runtime_is_colabs_and_holds_no_undeclared_package() -> None:
     """The cached runtime has exactly the pinned versions and none of course_lib's other
     dependencies (which only its pyproject.toml declaration may bring in)."""
     python = find_python()

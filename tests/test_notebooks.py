@@ -1,16 +1,26 @@
-"""Every chapter's notebooks: structure, conventions, execution of the solution and of the release.
+"""Every chapter's notebooks: structure and conventions, and how a wrong attempt fails.
 
-Execution here runs in quick mode (COURSE_LIB_QUICK=1: demos train for a few steps), because it
-checks that every cell runs and how the exercises grade in the kernel; the full-length run is the
-book build (tests/test_book.py), whose run times `bench/chapter_times.py` reports.
+Nothing here runs a whole notebook: each check that needs one is made on an execution another
+test does anyway (bench/count_executions.py counts them), once per chapter and copy:
+
+* the instructor's source top to bottom, every visible and hidden test passing, no cell raising:
+  the stock-nbgrader run of the solution (tests/test_grading_chapters.py), which executes the
+  solved release with the hidden tests put back, i.e. the source, and grades it as well;
+* a blank exercise scores zero under a grader (its test cell raises ``NotImplementedError`` under
+  ``NBGRADER_EXECUTION``): the stock-nbgrader run of the blank release, same file;
+* each exercise runs on the setup cell alone (setup, solution, test; no demo): the hardened
+  grader, which runs exactly that, giving the solution full marks
+  (tests/test_autograder_chapters.py);
+* Run All on the blank release and on the solved one (every test cell says "not attempted yet";
+  every visible test passes): the Colab copy, whose code cells are the release's, on Colab's
+  runtime (tests/test_colab_runtime.py);
+* the full-length run: the book build (tests/test_book.py), whose run times
+  `bench/chapter_times.py` reports.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -101,42 +111,6 @@ def test_release_has_no_solutions_and_no_hidden_tests(slug: str) -> None:
 
 
 @pytest.mark.parametrize("slug", SLUGS)
-def test_each_exercise_runs_on_the_setup_cell_alone(slug: str, capsys) -> None:
-    """As the grader runs an exercise: the setup cell, its solution cell, its test cell; no demo."""
-    cells = load(source_notebook(slug))["cells"]
-    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
-    base: dict = {}
-    exec("".join(setup["source"]), base)  # the course's own notebook
-    solutions, tests = _exercise_cells({"cells": cells})
-    for solution, test in zip(solutions, tests):
-        namespace = dict(base)
-        exec("".join(solution["source"]), namespace)
-        exec("".join(test["source"]), namespace)
-    out = capsys.readouterr().out
-    assert out.count("visible tests passed") == len(tests)
-    assert out.count("all hidden test cases passed") == len(tests)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("slug", SLUGS)
-def test_nbval_runs_the_source_with_every_visible_and_hidden_test_passing(slug: str) -> None:
-    """nbval (lax: no stored outputs to compare) runs the instructor's source top to bottom, the
-    hidden tests comparing in the kernel as under plain nbgrader."""
-    env = {**os.environ, "COURSE_LIB_QUICK": "1"}
-    env.pop(grading.MODE_ENV, None)
-    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
-                           "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
-                           "--nbval-cell-timeout=600", str(source_notebook(slug))],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
-
-
-# Run All on the blank release (every test cell says "not attempted yet", no cell fails) runs in
-# tests/test_colab.py, on the Colab copy that students open (its code cells are the release's), in
-# a fresh virtualenv where the setup cell installs course_lib as on Colab.
-
-
-@pytest.mark.parametrize("slug", SLUGS)
 def test_a_wrong_attempt_still_fails_loudly(slug: str, capsys) -> None:
     """Each released test cell, run on a function that returns nothing useful, raises."""
     cells = load(release_notebook(slug))["cells"]
@@ -152,19 +126,3 @@ def test_a_wrong_attempt_still_fails_loudly(slug: str, capsys) -> None:
             exec("".join(test["source"]), namespace)
         assert not isinstance(err.value, NotImplementedError), name
         assert str(err.value), f"{name}: a failing visible test says what is wrong"
-
-
-@pytest.mark.parametrize("slug", SLUGS)
-def test_a_blank_exercise_scores_zero_under_a_grader(slug: str, monkeypatch) -> None:
-    """Under nbgrader's autograde (NBGRADER_EXECUTION set), the blank test cell still raises."""
-    cells = load(release_notebook(slug))["cells"]
-    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
-    base: dict = {}
-    exec("".join(setup["source"]), base)
-    solutions, tests = _exercise_cells({"cells": cells})
-    monkeypatch.setenv(grading.NBGRADER_ENV, "autograde")
-    for solution, test in zip(solutions, tests):
-        namespace = dict(base)
-        exec("".join(solution["source"]), namespace)  # the release's stub
-        with pytest.raises(NotImplementedError):
-            exec("".join(test["source"]), namespace)
