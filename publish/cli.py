@@ -26,6 +26,7 @@ from publish.release import release
 
 
 def _add_roots(p: argparse.ArgumentParser) -> None:
+    """The arguments every command takes: chapter names and where the layout is."""
     p.add_argument("chapters", nargs="*", help="01-seq2seq, 01 or seq2seq (default: all)")
     p.add_argument("--root", type=Path, default=None,
                    help="folder holding solutions/, chapters/, colab/ and _data/measured/ "
@@ -80,6 +81,7 @@ def chapters_at(source_root: Path, release_root: Path, names: list[str]) -> list
 
 
 def _measure(chapters: list[Chapter], build: Path) -> int:
+    """``measure``: each chapter's values from the executed book; 2 when one cannot be recorded."""
     failed = 0
     for chapter in chapters:
         try:
@@ -93,12 +95,14 @@ def _measure(chapters: list[Chapter], build: Path) -> int:
 
 
 def _release(chapters: list[Chapter]) -> int:
+    """``release``: write the chapters' generated notebooks, naming those whose bytes changed."""
     for path in release(chapters, warn=lambda line: print(f"warning: {line}", file=sys.stderr)):
         print(f"wrote {path}")
     return 0
 
 
 def _check(chapters: list[Chapter]) -> int:
+    """``check``: 1 naming what drifted, 0 when every generated notebook is in sync."""
     lines = drifted(chapters)
     for line in lines:
         print(f"drifted: {line}", file=sys.stderr)

@@ -85,6 +85,11 @@ class SiteConfig:
 
     @classmethod
     def load(cls, config: Path = REPO / "_config.yml") -> SiteConfig:
+        """The website's address and macros from ``config`` (``_config.yml``).
+
+        Raises:
+            ColabConversionError: ``html.baseurl`` is missing.
+        """
         data = yaml.safe_load(config.read_text(encoding="utf-8"))
         baseurl = data.get("html", {}).get("baseurl")
         if not baseurl:
@@ -100,6 +105,7 @@ class SiteConfig:
 
 
 def _last_names(persons: list[Any]) -> list[str]:
+    """The last names (with their "von" parts) of pybtex persons, LaTeX turned into text."""
     from pybtex.richtext import Text
 
     names = []
@@ -110,6 +116,7 @@ def _last_names(persons: list[Any]) -> list[str]:
 
 
 def _latex_text(value: str) -> str:
+    """A BibTeX field's LaTeX as plain text, braces dropped."""
     from pybtex.richtext import Text
 
     return str(Text.from_latex(value)).replace("{", "").replace("}", "")
@@ -184,6 +191,9 @@ def _literal(text: str) -> Callable[[re.Match[str]], str]:
 
 
 class _Converter:
+    """The conversion of one notebook's markdown: its equation numbers, the citations it has
+    made (for the reading list) and the glued names it has met."""
+
     def __init__(self, cells: list[dict[str, Any]], page_url: str, site: SiteConfig,
                  refs: Mapping[str, Reference], measured: Mapping[str, str]) -> None:
         self.equations = _equation_numbers(cells)
@@ -196,6 +206,7 @@ class _Converter:
         self.glued: list[str] = []
 
     def _ref(self, key: str, where: str) -> Reference:
+        """The reference of citation ``key``, recorded as cited."""
         if key not in self.refs:
             raise ColabConversionError(f"{where}: citation key {key!r} is in no bib/*.bib file")
         if key not in self.cited:
@@ -203,6 +214,7 @@ class _Converter:
         return self.refs[key]
 
     def role(self, match: re.Match[str], where: str) -> str:
+        """The plain text of one MyST role (``cite``, ``cite:t``, ``eq``, ``glue:text``)."""
         name, content = match.group(1), match.group(2)
         if name in ("cite", "cite:p", "cite:ps"):
             items = [self._ref(k.strip(), where) for k in content.split(",") if k.strip()]
@@ -231,16 +243,19 @@ class _Converter:
                                    "use a cite, eq or glue:text role, or plain markdown")
 
     def equation(self, match: re.Match[str]) -> str:
+        """A labelled display equation with its number as ``\\tag{n}``."""
         body, label = match.group(1), match.group(2)
         return f"$${body.rstrip()} \\tag{{{self.equations[label]}}}$$"
 
     def bibliography(self) -> str:
+        """The reading list: every cited entry, sorted, and a link to the website's list."""
         lines = [f"- {self.refs[k].full}" for k in sorted(self.cited, key=lambda k: (
             self.refs[k].full.lower()))]
         return ("\n".join(lines)
                 + f"\n\nThe same list, with links, is on the [website]({self.reading_list}).")
 
     def markdown(self, text: str, where: str) -> str:
+        """One markdown cell's text converted (equations, roles, the book's macros)."""
         text = LABELLED_EQ_RE.sub(self.equation, text)
         text = ROLE_RE.sub(lambda m: self.role(m, where), text)
         for name, definition in self.site.macros.items():
@@ -250,6 +265,7 @@ class _Converter:
 
 
 def _bibliography_block(text: str) -> re.Match[str] | None:
+    """The ``{bibliography}`` directive of ``text``, fence to fence, if it has one."""
     return re.search(r"^(`{3,}|:{3,})[ \t]*\{bibliography\}[^\n]*\n(?:.*?\n)?\1[ \t]*$", text,
                      re.MULTILINE | re.DOTALL)
 

@@ -17,6 +17,7 @@ from publish.site import SITE, Site
 
 
 def _differs(path: Path, expected: str) -> bool:
+    """Whether the file at ``path`` holds other text than ``expected``."""
     return path.read_text(encoding="utf-8") != expected
 
 

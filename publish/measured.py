@@ -165,6 +165,7 @@ def executed(chapter: Chapter, build: Path = BUILD) -> dict[str, str]:
 
 
 def _code(nb: NotebookNode) -> list[str]:
+    """The code cells' sources of ``nb``, stripped (what the executed book must have run)."""
     return [notebooks.source(c).strip() for c in nb.cells if c.cell_type == "code"]
 
 

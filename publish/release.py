@@ -39,6 +39,7 @@ from publish.site import SITE, Site
 
 
 def _deterministic_id(index: int, cell: NotebookNode) -> str:
+    """An id for a cell that has none, the same for the same place, type and source."""
     digest = hashlib.sha1(f"{index}:{cell.get('cell_type')}:{cell.get('source')}".encode())
     return digest.hexdigest()[:12]
 
