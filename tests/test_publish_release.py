@@ -15,6 +15,7 @@ from coursebook import REPO, Chapter, all_chapters, find_chapter, notebooks
 from publish.drift import drifted
 from publish.errors import ReleaseError
 from publish.release import generate_release, release
+from publish.repository import repository_url
 from publish.site import Site
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -139,6 +140,14 @@ def test_release_never_rewrites_a_stale_hand_edited_file(tmp_path: Path) -> None
     assert not chapter.release.exists() and not chapter.colab.exists(), "nothing written"
     assert [line.split(": ")[0] for line in drifted([chapter], site)[:2]] == [
         f"{stale[1]}:{source_line}", f"{stale[0]}:{readme_line}"]
+    # each line edited as the message says: release writes the generated files and nothing else
+    url = f"git+{repository_url(site.config)}"
+    for path in stale:
+        path.write_text(path.read_text().replace(OLD_URL, url))
+    edited = {path: path.read_bytes() for path in stale}
+    assert release([chapter], site) == [chapter.release, chapter.colab]
+    assert {path: path.read_bytes() for path in stale} == edited
+    assert drifted([chapter], site) == []
 
 
 @pytest.mark.slow
