@@ -189,7 +189,9 @@ def train_variant(config: ArithmeticConfig, chain_of_thought: bool,
     ``model_fn`` and ``batch_fn`` build the model and the batches (chapter 9's task passes its
     own; ``config`` then needs the same training fields).
     """
-    model = model_fn(config).to(device)
+    with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
+        model = model_fn(config)
+    model = model.to(device)
     rng = random.Random(config.seed)
 
     def batches() -> Iterator[tuple[torch.Tensor, ...]]:

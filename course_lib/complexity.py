@@ -196,10 +196,12 @@ def measure(kind: Kind, ns: Sequence[int], d: int, *, batch: int = 1, repeats: i
     g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        layer = make_layer(kind, d).to(device=device, dtype=dtype)
+        with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
+            layer = make_layer(kind, d)
+        layer = layer.to(device=device, dtype=dtype)
     result = Measurement(kind, d, list(ns))
     for n in ns:
-        x = torch.randn(batch, n, d, generator=g, dtype=dtype).to(device)
+        x = torch.randn(batch, n, d, generator=g, dtype=dtype, device=g.device).to(device)
         result.seconds.append(time_call(lambda: layer(x), repeats=repeats, clock=clock))
         result.peak_bytes.append(peak_memory(lambda: layer(x), device))
     return result

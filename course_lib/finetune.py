@@ -81,9 +81,12 @@ def base_config(recipe: BaseRecipe = BASE_RECIPE, vocab_size: int = 83) -> gpt.G
 
 
 def validation_windows(recipe: BaseRecipe = BASE_RECIPE) -> tuple[torch.Tensor, torch.Tensor]:
-    """The base task's fixed validation windows ``(x, y)``, each ``(eval_windows, block_size)``."""
-    ids = corpus.encode_chars(corpus.load_shakespeare("val"), char_vocabulary())
-    g = torch.Generator().manual_seed(recipe.eval_seed)
+    """The base task's fixed validation windows ``(x, y)``, each ``(eval_windows, block_size)``.
+
+    On the CPU, as the corpus: :func:`base_loss` moves each batch to the model's device.
+    """
+    ids = corpus.encode_chars(corpus.load_shakespeare("val"), char_vocabulary(), device="cpu")
+    g = torch.Generator().manual_seed(recipe.eval_seed)  # on the CPU, as the windows
     return corpus.random_windows(ids, recipe.block_size, recipe.eval_windows, g)
 
 
@@ -146,7 +149,8 @@ def load_base_model(device: torch.device | str = "cpu", path: Path = BASE_MODEL_
     """
     saved = read_base_file(path)
     recipe = BaseRecipe(**saved["recipe"])
-    model = gpt.GPT(base_config(recipe, len(saved["vocabulary"])))
+    with torch.device("cpu"):  # where torch.load put the checkpoint; moved below
+        model = gpt.GPT(base_config(recipe, len(saved["vocabulary"])))
     state = {k: v.float() for k, v in saved["state_dict"].items()}
     state["lm_head.weight"] = state["transformer.wte.weight"]
     model.load_state_dict(state)
@@ -195,7 +199,8 @@ def encode_pairs(pairs: list[tuple[str, str]], vocabulary: list[str], pad: str =
     ``y`` the same shifted by one; ``mask[b, t]`` is True where ``y[b, t]`` is an answer token.
 
     Returns:
-        ``x, y`` ``(B, T)`` long and ``mask`` ``(B, T)`` bool.
+        ``x, y`` ``(B, T)`` long and ``mask`` ``(B, T)`` bool, on the CPU (text is host data:
+        the training loops move each batch to the model's device).
 
     Example:
         >>> x, y, mask = encode_pairs([("ab", "c"), ("a", "bc")], ["a", "b", "c", "\\n"])
@@ -206,8 +211,8 @@ def encode_pairs(pairs: list[tuple[str, str]], vocabulary: list[str], pad: str =
     rows, masks = [], []
     for prompt, answer in pairs:
         text = (prompt + answer).ljust(width, pad)
-        rows.append(corpus.encode_chars(text, vocabulary))
-        m = torch.zeros(width, dtype=torch.bool)
+        rows.append(corpus.encode_chars(text, vocabulary, device="cpu"))
+        m = torch.zeros(width, dtype=torch.bool, device="cpu")
         m[len(prompt):len(prompt) + len(answer)] = True
         masks.append(m)
     ids, mask = torch.stack(rows), torch.stack(masks)

@@ -174,8 +174,8 @@ def measure_matmul_peak(n: int = 512, dtype: torch.dtype = torch.float32,
     """
     device = torch.device(device)
     g = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    a = torch.randn(n, n, generator=g, device=g.device).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g, device=g.device).to(device=device, dtype=dtype)
     a @ b  # warm-up (kernel selection, caches)
     _sync(device)
     best, spent = float("inf"), 0.0
@@ -216,10 +216,12 @@ def measure_training_throughput(config: GPTConfig, batch: int, steps: int = 5,
     """
     device = torch.device(device)
     g = torch.Generator().manual_seed(0)
-    model = GPT(config).to(device)
+    with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
+        model = GPT(config)
+    model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     T = config.block_size
-    x = torch.randint(config.vocab_size, (batch, T + 1), generator=g).to(device)
+    x = torch.randint(config.vocab_size, (batch, T + 1), generator=g, device=g.device).to(device)
     best = float("inf")
     for step in range(steps + 1):
         _sync(device)

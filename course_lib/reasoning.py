@@ -335,7 +335,8 @@ def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
     if not POLICY_PATH.is_file():
         raise FileNotFoundError(f"{POLICY_PATH} not found; run scripts/train_reasoning.py --part rl")
     saved = torch.load(io.BytesIO(lzma.decompress(POLICY_PATH.read_bytes())), weights_only=True)
-    model = gpt.GPT(gpt.GPTConfig(**saved["gpt_config"]))
+    with torch.device("cpu"):  # where torch.load put the checkpoint; moved below
+        model = gpt.GPT(gpt.GPTConfig(**saved["gpt_config"]))
     model.load_state_dict({k: v.float() for k, v in saved["state_dict"].items()})
     return model.to(device).eval()
 

@@ -145,9 +145,10 @@ def char_data() -> tuple[torch.Tensor, torch.Tensor, int]:
     """
     train_text, val_text = load_shakespeare("train"), load_shakespeare("val")
     vocabulary = char_vocabulary(train_text)
-    table = torch.full((256,), 255, dtype=torch.uint8)
-    table[torch.tensor([ord(c) for c in vocabulary])] = torch.arange(len(vocabulary),
-                                                                     dtype=torch.uint8)
+    # the corpus stays on the CPU (torch.frombuffer's device): batches are moved when drawn
+    table = torch.full((256,), 255, dtype=torch.uint8, device="cpu")
+    table[torch.tensor([ord(c) for c in vocabulary], device="cpu")] = torch.arange(
+        len(vocabulary), dtype=torch.uint8, device="cpu")
 
     def encode(text: str) -> torch.Tensor:
         ids = table[torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8).long()]
@@ -243,7 +244,9 @@ def train_run(run: RunConfig, device: torch.device | str = "cpu", steps: int | N
                          "processes")
     train, val, vocab = char_data()
     torch.manual_seed(run.seed)  # the same initial weights on every rank
-    model = model_for(run, vocab).to(device)
+    with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
+        model = model_for(run, vocab)
+    model = model.to(device)
     n_total = sum(p.numel() for p in model.parameters())
     n_embed = model.transformer.wte.weight.numel() + model.transformer.wpe.weight.numel()
     net: torch.nn.Module = model
@@ -257,9 +260,11 @@ def train_run(run: RunConfig, device: torch.device | str = "cpu", steps: int | N
     losses: list[float] = []
     start = time.perf_counter()
     for step in range(n_steps):
-        offsets = torch.randint(train.numel() - BLOCK_SIZE, (BATCH_SIZE,), generator=gen)
-        mine = offsets[rank * local:(rank + 1) * local]
-        window = train[mine[:, None] + torch.arange(BLOCK_SIZE + 1)].long().to(device)
+        offsets = torch.randint(train.numel() - BLOCK_SIZE, (BATCH_SIZE,), generator=gen,
+                                device=gen.device)
+        mine = offsets[rank * local:(rank + 1) * local].to(train.device)
+        window = train[mine[:, None] + torch.arange(BLOCK_SIZE + 1, device=train.device)]
+        window = window.long().to(device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, run)
         logits = net(window[:, :-1])
