@@ -183,3 +183,17 @@ def test_committed_chapters_are_in_sync_with_solutions(tmp_path: Path) -> None:
     copy.release.write_text(copy.release.read_text().replace('"cells"', '"cells" ', 1))
     assert drifted([copy]) == [f"{copy.slug}: {copy.release} differs from the release of "
                                f"{copy.source}"]
+
+
+@pytest.mark.slow
+def test_cli_root_publishes_a_copy_of_the_layout(tmp_path: Path, capsys) -> None:
+    from publish.cli import main
+
+    shutil.copytree(FIXTURES / "solutions" / "00-fixture", tmp_path / "solutions" / "00-fixture")
+    assert main(["check", "--root", str(tmp_path)]) == 1
+    assert "fixture.ipynb is missing" in capsys.readouterr().err
+    assert main(["release", "00", "--root", str(tmp_path)]) == 0
+    assert (tmp_path / "chapters" / "00-fixture" / "fixture.ipynb").exists()
+    assert (tmp_path / "colab" / "00-fixture" / "fixture.ipynb").exists()
+    assert main(["check", "--root", str(tmp_path)]) == 0
+    assert "in sync: 00-fixture" in capsys.readouterr().out
