@@ -89,7 +89,7 @@ def test_source_notebook_follows_the_chapter_template(slug: str) -> None:
 
 
 # The release and its Colab copy are checked against the source, every chapter in one call, by
-# tests/test_autograder_release.py::test_committed_chapters_are_in_sync_with_solutions.
+# tests/test_publish_release.py::test_committed_chapters_are_in_sync_with_solutions.
 
 
 @pytest.mark.parametrize("slug", SLUGS)
