@@ -90,7 +90,8 @@ class Question(Exercise):
             raise GradingError(f"{self.id}: a question needs a hint for a wrong answer")
         if (self.reference, self.cases, self.call, self.slips) != (None, answer_case, choice, ()):
             raise GradingError(f"{self.id}: a question has no reference or slips (its answer is "
-                               "in the source notebook's hidden test)")
+                               "in the source notebook's hidden test) and keeps its own cases and "
+                               "call")
 
     def expected(self, answer: Any) -> str:
         """The right letter, as the hidden test gives it, checked against the choices.
@@ -110,7 +111,7 @@ class Question(Exercise):
         """``None`` for the right letter; else why the answer is wrong, never the right letter."""
         if type(got) is str and got == expected:
             return None
-        if type(got) is not str or got not in self.choices:
+        if type(got) is not str or len(got) != 1 or got not in self.choices:
             return (f"answer with one of the letters {', '.join(self.choices)}; "
                     f"got {repr(got)[:80]}")
         return f"that is not the right answer; {self.hint}"
