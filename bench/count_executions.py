@@ -8,7 +8,7 @@ It runs pytest with this file as a plugin (``-p bench.count_executions``, in eve
 too). The plugin watches, in the pytest processes, every way the suite executes a notebook:
 
 * ``full``: a whole notebook run top to bottom: ``nbclient.NotebookClient.execute`` in the test
-  process (the Colab runtime, ``tests.conftest.execute``), a ``pytest --nbval`` subprocess (one per
+  process (tests/test_colab_runtime.py), a ``pytest --nbval`` subprocess (one per
   notebook it names), ``python -m autograder grade --engine nbgrader`` (one per submission folder),
   and ``jupyter-book build`` (one per chapter; jupyter-cache may skip unchanged ones);
 * ``partial``: the setup cell and the exercise cells only: the hardened grader

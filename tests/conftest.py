@@ -1,4 +1,4 @@
-"""Shared helpers of the test suite: where things are, and how to execute a notebook."""
+"""Shared helpers of the test suite: where things are, and what an executed notebook raised."""
 
 from __future__ import annotations
 
@@ -101,28 +101,6 @@ def solution(slug: str, name: str) -> Any:
     source = "".join(cell_by_grade_id(slug, name)["source"])
     exec(compile(source, f"<{slug} solution {name}>", "exec"), namespace)
     return namespace[name]
-
-
-def execute(path: Path, *, quick: bool, timeout: int = 600) -> Any:
-    """Execute a notebook in its own folder, every cell even after errors, and return it."""
-    import nbclient
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    env_backup = dict(os.environ)
-    try:
-        if quick:
-            os.environ["COURSE_LIB_QUICK"] = "1"
-        else:
-            os.environ.pop("COURSE_LIB_QUICK", None)
-        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                         allow_errors=True,
-                                         resources={"metadata": {"path": str(path.parent)}})
-        client.execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
-    return nb
 
 
 def cell_errors(nb: Any) -> dict[int, str]:

@@ -30,9 +30,8 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -157,9 +156,16 @@ def _clone_of_the_working_tree(dest: Path) -> Path:
     return dest
 
 
+class ColabKernel(NamedTuple):
+    """A kernel on Colab's runtime: the environment to start it in, and where pip installs."""
+
+    env: dict[str, str]
+    site_packages: Path
+
+
 @pytest.fixture(scope="module")
-def colab_kernel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of a kernel on Colab's runtime that has no course_lib yet."""
+def colab_kernel(tmp_path_factory: pytest.TempPathFactory) -> ColabKernel:
+    """A kernel on Colab's runtime that has no course_lib yet."""
     python = find_python()
     if python is None:
         pytest.fail(f"no Python {COLAB_PYTHON} on this machine (pyenv install {COLAB_PYTHON}, "
@@ -174,8 +180,9 @@ def colab_kernel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     subprocess.run([str(py), "-m", "ipykernel", "install", "--prefix", str(kernels),
                     "--name", KERNEL], check=True, capture_output=True)
     repo = _clone_of_the_working_tree(base / "repo")
-    return {"JUPYTER_PATH": str(kernels / "share" / "jupyter"),
-            "COURSE_LIB_URL": f"git+{repo.as_uri()}", "COURSE_LIB_QUICK": "1"}
+    env = {"JUPYTER_PATH": str(kernels / "share" / "jupyter"),
+           "COURSE_LIB_URL": f"git+{repo.as_uri()}", "COURSE_LIB_QUICK": "1"}
+    return ColabKernel(env, _site_packages(base / "venv"))
 
 
 def run_all(kernel_env: dict[str, str], nb: Any, cwd: Path) -> Any:
@@ -204,17 +211,20 @@ def run_all(kernel_env: dict[str, str], nb: Any, cwd: Path) -> Any:
 
 @pytest.fixture(scope="module", params=[
     pytest.param(slug, marks=pytest.mark.xdist_group(f"colab-{slug}")) for slug in SLUGS])
-def ran(request: pytest.FixtureRequest, colab_kernel: dict[str, str],
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The chapter's Colab copy executed blank and solved: ``{"slug", "blank", "solved"}``."""
+def ran(request: pytest.FixtureRequest, colab_kernel: ColabKernel,
+        tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The chapter's Colab copy executed blank and solved: ``{"slug", "blank", "solved",
+    "installed"}``, the last the distributions the setup cell's pip added to the runtime."""
     import nbformat
 
     slug = request.param
     blank = nbformat.read(colab_notebook(slug), as_version=4)
     solved = solved_release(blank, nbformat.read(source_notebook(slug), as_version=4))
     cwd = tmp_path_factory.mktemp(f"colab-{slug}")
-    yield {"slug": slug, "blank": run_all(colab_kernel, blank, cwd),
-           "solved": run_all(colab_kernel, solved, cwd)}
+    return {"slug": slug, "blank": run_all(colab_kernel.env, blank, cwd),
+            "solved": run_all(colab_kernel.env, solved, cwd),
+            "installed": {d.name.split("-")[0].lower().replace("_", "-")
+                          for d in colab_kernel.site_packages.glob("*.dist-info")}}
 
 
 def _text(cell: Any) -> str:
@@ -238,6 +248,13 @@ def test_setup_cell_installs_course_lib_and_reports_colabs_torch(ran: dict[str, 
     torch_pin = next(p for p in COLAB_PINS if p.startswith("torch=="))
     line = _text(setup)
     assert f"torch {torch_pin.split('==')[1]}" in line and "running on" in line, line
+
+
+def test_course_lib_takes_colabs_packages_as_they_are(ran: dict[str, Any]) -> None:
+    """pip installed course_lib without replacing any of Colab's packages (its ranges admit them)."""
+    assert "course-lib" in ran["installed"], ran["installed"]
+    replaced = ran["installed"] & {p.split("==")[0] for p in COLAB_PINS}
+    assert not replaced, f"{ran['slug']}: course_lib's ranges made pip replace {sorted(replaced)}"
 
 
 def test_blank_test_cells_say_not_attempted_yet(ran: dict[str, Any]) -> None:
