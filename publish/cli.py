@@ -96,8 +96,11 @@ def _measure(chapters: list[Chapter], build: Path) -> int:
 
 def _release(chapters: list[Chapter]) -> int:
     """``release``: write the chapters' generated notebooks, naming those whose bytes changed."""
-    for path in release(chapters, warn=lambda line: print(f"warning: {line}", file=sys.stderr)):
+    written = release(chapters, warn=lambda line: print(f"warning: {line}", file=sys.stderr))
+    for path in written:
         print(f"wrote {path}")
+    if not written:
+        print(f"unchanged: {', '.join(c.slug for c in chapters)} (same bytes, nothing written)")
     return 0
 
 
