@@ -197,3 +197,5 @@ def test_cli_root_publishes_a_copy_of_the_layout(tmp_path: Path, capsys) -> None
     assert (tmp_path / "colab" / "00-fixture" / "fixture.ipynb").exists()
     assert main(["check", "--root", str(tmp_path)]) == 0
     assert "in sync: 00-fixture" in capsys.readouterr().out
+    assert main(["release", "--root", str(tmp_path)]) == 0
+    assert "unchanged: 00-fixture" in capsys.readouterr().out
