@@ -4,7 +4,7 @@ nbgrader wants one course directory ``root/{source,release,submitted,autograded,
 <assignment>/``. The course's own layout is different (``solutions/`` and ``chapters/``), so every
 nbgrader run here builds a throwaway course directory in a temporary folder, with its own
 throwaway gradebook, and copies what it needs in and out. Nothing nbgrader writes ever lands in the
-repository except through :mod:`autograder.release`'s normalised writer.
+repository except through :mod:`publish.release`'s normalised writer.
 """
 
 from __future__ import annotations
