@@ -40,12 +40,13 @@ CHAPTERS = [c.name for c in find_chapters()]
     pytest.param(name, marks=pytest.mark.xdist_group(f"nbgrader-{name}")) for name in CHAPTERS])
 def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The chapter's solution and blank release autograded by stock nbgrader, in one run."""
-    from autograder.release import release
+    from publish.cli import chapters_at
+    from publish.release import release
 
     name = request.param
     tmp = tmp_path_factory.mktemp(name)
-    chapter = Chapter(name, REPO / "solutions", tmp / "release")
-    release([chapter])
+    chapter = Chapter(name, REPO / "solutions", tmp / "chapters")
+    release(chapters_at(chapter.source_root, chapter.release_root, [chapter.name]))
     spec = load(chapter)
     rel = nbformat.read(chapter.release, as_version=4)
     src = nbformat.read(chapter.source, as_version=4)
