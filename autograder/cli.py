@@ -4,22 +4,24 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from autograder.paths import RELEASE_ROOT, SOURCE_ROOT
+from autograder import gradescope, prairielearn
+from autograder.grade import run_grade
+from autograder.platform_common import BundleError
+from coursebook.chapters import REPO, UnknownChapter, find_chapter
 
 
-def _add_roots(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source-root", type=Path, default=SOURCE_ROOT,
-                   help="folder of the instructor's NN-slug/slug.ipynb (default: solutions/)")
-    p.add_argument("--release-root", type=Path, default=RELEASE_ROOT,
-                   help="folder of the student releases (default: chapters/)")
+def _add_root(p: argparse.ArgumentParser) -> None:
+    """The ``--root`` option: where the chapters live."""
+    p.add_argument("--root", type=Path, default=REPO,
+                   help="the folder holding solutions/NN-slug/ and chapters/NN-slug/ "
+                   "(default: the repository)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_grade(sub: argparse._SubParsersAction) -> None:
+    """The ``grade`` command's options."""
     p = sub.add_parser("grade", help="grade a folder or zip of submitted notebooks")
     p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
     p.add_argument("submissions", type=Path, help="folder of .ipynb files (flat or one folder per "
@@ -36,8 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=int, default=3072, help="address-space limit per sandbox")
     p.add_argument("--force", action="store_true", help="regrade files graded before")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_roots(p)
+    _add_root(p)
 
+
+def _add_platforms(sub: argparse._SubParsersAction) -> None:
+    """The ``gradescope`` and ``prairielearn`` commands' options."""
     for name, what in (("gradescope", "DIR/<chapter>-gradescope.zip: a Gradescope autograder"),
                        ("prairielearn", "DIR/<chapter>/: a PrairieLearn externally graded question")):
         p = sub.add_parser(name, help=what)
@@ -51,16 +56,44 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "prairielearn":
             p.add_argument("--image", help="grader image named in info.json")
             p.add_argument("--timeout", type=int, default=600, help="PrairieLearn's grading timeout")
-        _add_roots(p)
+        _add_root(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m autograder``."""
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_grade(sub)
+    _add_platforms(sub)
     return parser
 
 
+def build_platform(args: argparse.Namespace) -> int:
+    """``gradescope|prairielearn CHAPTER --out DIR``: write the platform's bundle.
+
+    Returns:
+        0, or 2 when the bundle cannot be made (a dirty tree without ``--allow-dirty``).
+    """
+    try:
+        chapter = find_chapter(args.chapter, args.root.resolve())
+    except UnknownChapter as err:
+        raise SystemExit(str(err)) from None
+    settings = {"cell_timeout": args.cell_timeout, "notebook_timeout": args.notebook_timeout,
+                "memory_mb": args.memory_mb}
+    try:
+        if args.command == "gradescope":
+            print(f"wrote {gradescope.build(chapter, args.out, args.allow_dirty, settings)}")
+        else:
+            print(f"wrote {prairielearn.build(chapter, args.out, args.allow_dirty, args.image, args.timeout, settings)}")
+    except BundleError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of ``argv`` (default: the command line); its exit status."""
     args = build_parser().parse_args(argv)
     if args.command in ("gradescope", "prairielearn"):
-        from autograder.platform_common import build_command
-
-        return build_command(args)
-    from autograder.grade import run_grade
-
+        return build_platform(args)
     return run_grade(args)

@@ -33,12 +33,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only: platform_common is imported inside run()'s try
+    from autograder.platform_common import Graded
+    from coursebook.chapters import Chapter
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # Gradescope runs this for every submission (as root, in a fresh container of the image that
@@ -96,12 +102,9 @@ RESULTS_SCHEMA: dict[str, Any] = {
 }
 
 
-def build(chapter, out: Path, allow_dirty: bool = False, settings: dict | None = None) -> Path:
+def build(chapter: Chapter, out: Path, allow_dirty: bool = False, settings: dict | None = None) -> Path:
     """Write ``out/<chapter>-gradescope.zip``; return its path."""
-    import shutil
-    import tempfile
-
-    from autograder.platform_common import write_bundle
+    from autograder.platform_common import write_bundle  # see run()
 
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="gradescope-", dir=out))
@@ -110,7 +113,7 @@ def build(chapter, out: Path, allow_dirty: bool = False, settings: dict | None =
         run = staging / "run_autograder"
         run.write_text(RUN_AUTOGRADER)
         run.chmod(0o755)
-        target = out / f"{chapter.name}-gradescope.zip"
+        target = out / f"{chapter.slug}-gradescope.zip"
         tmp = target.with_suffix(".zip.part")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
             for path in sorted(staging.rglob("*")):
@@ -127,34 +130,38 @@ def build(chapter, out: Path, allow_dirty: bool = False, settings: dict | None =
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def results_json(graded, visibility: str = "after_published") -> dict[str, Any]:
+def results_json(graded: Graded, visibility: str = "after_published") -> dict[str, Any]:
     """Gradescope's results.json of one graded file (:class:`platform_common.Graded`)."""
-    from autograder.platform_common import feedback_text, general_text, visible_test_log
+    from autograder.platform_common import (  # see run()
+        feedback_text,
+        general_text,
+        visible_test_log,
+    )
 
     r, spec = graded.result, graded.spec
     tests = []
     for i, ex in enumerate(spec.exercises, 1):
-        er = r["exercises"].get(ex.exercise_id, {})
-        points = float(er.get("points", 0.0))
+        er = r.exercises[ex.exercise_id]
+        points = float(er.points)
         tests.append({"name": ex.name, "number": f"{i}.1", "score": points,
                       "max_score": float(ex.points),
-                      "status": "passed" if er.get("status") == "passed" else "failed",
+                      "status": "passed" if er.status == "passed" else "failed",
                       "output": feedback_text(r, ex.exercise_id), "output_format": "text",
                       "visibility": visibility})
-        if r["status"] == "graded":
+        if r.status == "graded":
             ok, text = visible_test_log(r, ex.exercise_id)
             tests.append({"name": f"{ex.name}: visible tests", "number": f"{i}.0",
                           "score": 0.0, "max_score": 0.0, "status": "passed" if ok else "failed",
                           "output": text, "output_format": "text", "visibility": "visible"})
         else:
             tests[-1]["visibility"] = "visible"  # nothing hidden to wait for: the reason, now
-    return {"score": float(r["total"]), "execution_time": round(graded.seconds, 2),
+    return {"score": float(r.total), "execution_time": round(graded.seconds, 2),
             "output": general_text(graded), "output_format": "text", "visibility": "visible",
             "stdout_visibility": "hidden", "tests": tests,
             "extra_data": {"chapter": graded.bundle.get("chapter"),
                            "commit": graded.bundle.get("commit"), "runner": graded.runner,
-                           "file": r.get("file", ""), "sha256": r.get("sha256", ""),
-                           "max_total": float(r["max_total"]), "status": r["status"],
+                           "file": r.file, "sha256": r.sha256,
+                           "max_total": float(r.max_total), "status": r.status,
                            "peak_rss_mb": graded.memory}}
 
 
@@ -172,15 +179,17 @@ def run(root: Path) -> int:
     results.chmod(0o755)
     out = results / "results.json"
     try:
+        # imported here, inside the try: a grader that cannot even import still writes a
+        # results.json with the reason
         from autograder.platform_common import find_notebook, grade_file, read_bundle
 
         course = root / "source" / "course"
         bundle = read_bundle(course)
-        notebook, note = find_notebook(root / "submission", bundle["slug"])
+        notebook, note = find_notebook(root / "submission", bundle["stem"])
         graded = grade_file(course, bundle, notebook, missing_reason=note,
                             lock=[root / "source"])
         if notebook is not None and note:
-            graded.result["notes"].insert(0, note)
+            graded.result.notes.insert(0, note)
         graded.seconds = time.time() - t0
         data = results_json(graded, bundle.get("settings", {}).get("visibility",
                                                                    "after_published"))

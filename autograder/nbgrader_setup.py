@@ -9,11 +9,13 @@ repository except through :mod:`publish.release`'s normalised writer.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 from pathlib import Path
 
+import nbgrader.api
 from traitlets.config import Config
 
 
@@ -24,10 +26,6 @@ def setup_alembic() -> None:
     and every release opens a fresh one: put this interpreter's bin/ on PATH so that the script
     is found, and remember its answer, which is fixed for the installed nbgrader.
     """
-    import functools
-
-    import nbgrader.api
-
     bindir = str(Path(sys.executable).parent)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")

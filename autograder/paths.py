@@ -1,11 +1,14 @@
-"""Where things live: the repository, the chapters, and test-only exercise modules."""
+"""The former chapter model (its ``name`` the slug, its ``slug`` the stem).
+
+The autograder uses :mod:`coursebook.chapters`; this module is left only for the test modules
+that still import it (tests/questions.py, tests/test_questions.py, tests/test_grading_chapters.py),
+and goes when they move to :mod:`coursebook.chapters`. Test-only exercise modules:
+:mod:`autograder.extra_exercises`.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +16,6 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE_ROOT = REPO / "solutions"
 RELEASE_ROOT = REPO / "chapters"
 
-#: A directory of extra exercise modules ``<chapter>.py`` (each with an ``EXERCISES`` dict),
-#: registered as ``course_lib.exercises.<chapter>`` in every process that grades. Used by the test
-#: suite for its fixture chapter, so that no test-only code lives in ``course_lib``.
-EXTRA_EXERCISES_ENV = "AUTOGRADER_EXTRA_EXERCISES"
 
 _CHAPTER_RE = re.compile(r"^(\d\d)-([a-z0-9][a-z0-9-]*)$")
 
@@ -76,25 +75,3 @@ def find_chapters(source_root: Path = SOURCE_ROOT, release_root: Path = RELEASE_
                              f"(chapters there: {known})")
         chosen.append(Chapter(hits[0], source_root, release_root))
     return chosen
-
-
-def register_extra_exercises() -> list[str]:
-    """Import the modules of ``$AUTOGRADER_EXTRA_EXERCISES`` as ``course_lib.exercises.<name>``.
-
-    Returns:
-        The chapter names registered (empty when the variable is unset).
-    """
-    root = os.environ.get(EXTRA_EXERCISES_ENV)
-    if not root:
-        return []
-    names = []
-    for path in sorted(Path(root).glob("*.py")):
-        modname = f"course_lib.exercises.{path.stem}"
-        if modname not in sys.modules:
-            spec = importlib.util.spec_from_file_location(modname, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[modname] = module
-            spec.loader.exec_module(module)
-        names.append(path.stem)
-    return names

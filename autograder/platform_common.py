@@ -19,7 +19,7 @@ Grading one file (:func:`grade_file`), in the trusted process (root on both plat
    student code runs;
 3. validate the notebook (:func:`autograder.submissions.load_notebook`); a file that cannot be
    graded gives a result with 0 and the reason;
-4. run it with :func:`autograder.hardened.run_submission` (bubblewrap where it can create
+4. run it with :func:`autograder.run.hardened.run_submission` (bubblewrap where it can create
    namespaces, else :class:`HostSandbox`); the judge decides from the records; the kernel is
    killed (and every process of its uid) before the caller writes any result.
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,10 +39,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder import cgroups
-from autograder.paths import REPO, Chapter
-from autograder.sandbox import (RUNNER, INPUTS_FOLDER, Limits, Sandbox, SandboxDied, bwrap_path,
-                                reap_uid, slot_uid)
+from nbformat import NotebookNode
+
+from autograder.chapter_spec import ChapterSpec, load_chapter_spec
+from autograder.ingest.validate import InvalidSubmission, load_notebook
+from autograder.judge import Judge
+from autograder.results import ExerciseOutcome, GradeResult
+from autograder.run import cgroups
+from autograder.run.batch import Workspace, grade_notebook
+from autograder.run.course import prepare_sandbox_course
+from autograder.run.hardened import SandboxFactory
+from autograder.run.sandbox import (
+    INPUTS_FOLDER,
+    RUNNER,
+    Limits,
+    Sandbox,
+    SandboxDied,
+    acquire_slots,
+    bwrap_path,
+    reap_uid,
+    slot_uid,
+)
+from coursebook.chapters import REPO, Chapter, find_chapter
 
 #: The torch every bundle pins (the course's tested version, CPU wheels).
 TORCH_VERSION = "2.13.0"
@@ -50,7 +69,7 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 #: for the kernel); versions come from requirements-dev.txt, which also constrains the rest.
 GRADING_PACKAGES = ["numpy", "scipy", "matplotlib", "tqdm", "regex", "nbformat", "ipython"]
 #: Paths of the repository copied into a bundle (besides the chapter's two notebooks).
-BUNDLED = ("course_lib", "autograder")
+BUNDLED = ("course_lib", "autograder", "coursebook")
 RUNNER_ENV = "AUTOGRADER_PLATFORM_RUNNER"  # auto (default), bubblewrap, fallback
 
 
@@ -132,7 +151,7 @@ def write_bundle(chapter: Chapter, dest: Path, allow_dirty: bool = False,
         BundleError: the working tree differs from its commit in a bundled path and
             ``allow_dirty`` is False, or the repository is not a git checkout.
     """
-    paths = [*BUNDLED, f"solutions/{chapter.name}", f"chapters/{chapter.name}"]
+    paths = [*BUNDLED, f"solutions/{chapter.slug}", f"chapters/{chapter.slug}"]
     try:
         commit = _git("rev-parse", "HEAD").strip()
         dirty = [line[3:] for line in _git("status", "--porcelain", "--", *paths).splitlines()
@@ -150,25 +169,24 @@ def write_bundle(chapter: Chapter, dest: Path, allow_dirty: bool = False,
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     for name in BUNDLED:
         shutil.copytree(REPO / name, course / name, ignore=ignore)
-    for side, root in (("solutions", chapter.source_root), ("chapters", chapter.release_root)):
-        src = root / chapter.name / f"{chapter.slug}.ipynb"
+    for side, src in (("solutions", chapter.source), ("chapters", chapter.release)):
         if src.exists():
-            (course / side / chapter.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, course / side / chapter.name / src.name)
+            (course / side / chapter.slug).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, course / side / chapter.slug / src.name)
     pins = pinned_versions(GRADING_PACKAGES)
     (dest / "requirements-grading.txt").write_text(
         "".join(f"{n}=={pins[n]}\n" if n in pins else f"{n}\n" for n in GRADING_PACKAGES))
     constraints = [line for line in (REPO / "requirements-dev.txt").read_text().splitlines()
                    if "==" in line and not line.lstrip().startswith("#")]
     (dest / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    info = {"chapter": chapter.name, "slug": chapter.slug, "commit": commit,
+    info = {"chapter": chapter.slug, "stem": chapter.stem, "commit": commit,
             "dirty": sorted(dirty), "torch": TORCH_VERSION, "created": time.strftime(
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "settings": {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_mb": 3072,
                          **(settings or {})}}
     (dest / "bundle.json").write_text(json.dumps(info, indent=1) + "\n")
     setup = dest / "setup.sh"
-    setup.write_text(SETUP_SH.format(chapter=chapter.name, commit=commit[:12] + (
+    setup.write_text(SETUP_SH.format(chapter=chapter.slug, commit=commit[:12] + (
         "+dirty" if dirty else ""), torch=TORCH_VERSION, torch_index=TORCH_INDEX))
     setup.chmod(0o755)
     return info
@@ -309,10 +327,10 @@ def find_notebook(folder: Path, slug: str) -> tuple[Path | None, str]:
 
 @dataclass
 class Graded:
-    """One graded file: the grader's result dict (as in ``results/<student>.json``) and how."""
+    """One graded file: the grader's result (as in ``results/<student>.json``) and how."""
 
-    result: dict[str, Any]
-    spec: Any
+    result: GradeResult
+    spec: ChapterSpec
     runner: str
     seconds: float
     bundle: dict[str, Any]
@@ -331,6 +349,70 @@ def _lock(paths: list[Path]) -> None:
             p.chmod(0o700 if p.is_dir() else 0o600)
 
 
+def _read(notebook: Path | None, missing_reason: str, result: GradeResult) -> NotebookNode | None:
+    """The validated notebook, or ``None`` with ``result`` failed for the reason."""
+    if notebook is None:
+        result.fail(missing_reason)
+        return None
+    try:
+        nb, notes, digest = load_notebook(notebook)
+    except InvalidSubmission as err:
+        result.fail(str(err)).sha256 = err.digest
+        return None
+    except Exception as err:  # noqa: BLE001 - never a crash of the harness
+        result.fail(f"the file could not be read ({type(err).__name__})")
+        return None
+    result.sha256 = digest
+    result.notes += notes
+    return nb
+
+
+def _limits(bundle: dict[str, Any]) -> Limits:
+    """The sandbox's limits written into ``bundle.json``."""
+    settings = bundle.get("settings", {})
+    return Limits(memory_bytes=int(settings.get("memory_mb", 3072)) << 20,
+                  cell_timeout=float(settings.get("cell_timeout", 60.0)),
+                  notebook_timeout=float(settings.get("notebook_timeout", 300.0)))
+
+
+def _fallback_factory(work: Path, lock: list[Path]) -> SandboxFactory:
+    """The fallback runner's sandboxes: the bundle locked first, a private home per slot, and
+    a copy of the runner script the sandbox's uid may read."""
+    _lock(lock)  # the source and the real course_lib: root's alone from now
+    homes = work / "homes"
+    homes.mkdir()
+    homes.chmod(0o711)
+    runner_copy = work / "runner.py"
+    shutil.copyfile(RUNNER, runner_copy)
+    runner_copy.chmod(0o644)
+
+    def factory(course: Path, slot: int, lim: Limits) -> Sandbox:
+        return HostSandbox(course, slot, lim, scratch=homes, runner=runner_copy)
+    return factory
+
+
+def _run_one(spec: ChapterSpec, nb: NotebookNode, result: GradeResult, bundle: dict[str, Any],
+             lock: list[Path], runner: str) -> None:
+    """Prepare the sandbox course and every reference, then grade ``nb`` into ``result``."""
+    work = Path(tempfile.mkdtemp(prefix="autograder-platform-"))
+    slots, fds = acquire_slots(1)
+    try:
+        work.chmod(0o711)  # the sandbox's uid may pass through, not list
+        judge = Judge(spec.answers)
+        prepare_sandbox_course(spec, work / "sandbox-course", judge)
+        for ex in spec.exercises:  # every reference now: nothing trusted is read later
+            for k in range(len(judge.cases(ex.exercise_id))):
+                judge.expected(ex.exercise_id, k)
+        # bubblewrap: the bundle is not in the sandbox's file system at all
+        factory = _fallback_factory(work, lock) if runner == "fallback" else Sandbox
+        grade_notebook(Workspace(spec, judge, work / "sandbox-course", work / "records",
+                                 slots[0], _limits(bundle), factory), nb, result)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
                missing_reason: str = "", lock: list[Path] | None = None,
                runner: str | None = None) -> Graded:
@@ -340,129 +422,73 @@ def grade_file(course_root: Path, bundle: dict[str, Any], notebook: Path | None,
         course_root: the bundle's ``course/`` folder (on ``sys.path`` already).
         bundle: its ``bundle.json``.
         notebook: the submitted file, or None (then ``missing_reason`` says why).
+        missing_reason: why there is no notebook.
         lock: folders made unreadable to student code before it runs (fallback runner only:
             the bubblewrap sandbox does not hold them, and reads its runner script from there).
         runner: ``"bubblewrap"`` or ``"fallback"`` (default: :func:`choose_runner`).
+
+    Returns:
+        The result (0 and the reason for a file that cannot be graded) and how it was graded.
     """
-    from autograder.chapter_spec import load_chapter_spec
-    from autograder.grade import (_empty_result, _finish, _prepare_sandbox_course,
-                                  exercise_results)
-    from autograder.hardened import run_submission
-    from autograder.judge import Judge
-    from autograder.rebuild import plan_submission
-    from autograder.sandbox import acquire_slots
-    from autograder.submissions import InvalidSubmission, load_notebook
-
     t0 = time.time()
-    chapter = Chapter(bundle["chapter"], course_root / "solutions", course_root / "chapters")
-    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
-                             chapter.release)
+    chapter = find_chapter(bundle["chapter"], course_root)
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source, chapter.release)
+    points = {ex.exercise_id: ex.points for ex in spec.exercises}
     runner = runner or choose_runner()
-    result = _empty_result(spec, "submission", notebook.name if notebook else "", "", "hardened")
-    nb = None
-    if notebook is None:
-        result.update(status="could not grade", reason=missing_reason)
-    else:
-        try:
-            nb, notes, digest = load_notebook(notebook)
-            result["sha256"] = digest
-            result["notes"] += notes
-        except InvalidSubmission as err:
-            result.update(status="could not grade", reason=str(err), sha256=err.digest)
-        except Exception as err:  # noqa: BLE001 - never a crash of the harness
-            result.update(status="could not grade",
-                          reason=f"the file could not be read ({type(err).__name__})")
+    result = GradeResult.new("submission", notebook.name if notebook else "", "",
+                             spec.source_sha, "hardened", spec.max_total)
+    nb = _read(notebook, missing_reason, result)
     if nb is None:
-        return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
-    settings = bundle.get("settings", {})
-    limits = Limits(memory_bytes=int(settings.get("memory_mb", 3072)) << 20,
-                    cell_timeout=float(settings.get("cell_timeout", 60.0)),
-                    notebook_timeout=float(settings.get("notebook_timeout", 300.0)))
-    work = Path(tempfile.mkdtemp(prefix="autograder-platform-"))
-    slots, fds = acquire_slots(1)
-    try:
-        work.chmod(0o711)  # the sandbox's uid may pass through, not list
-        course_dir = work / "sandbox-course"
-        judge = Judge(spec.answers)
-        _prepare_sandbox_course(spec, course_dir, judge)
-        for ex in spec.exercises:  # every reference now: nothing trusted is read later
-            for k in range(len(judge.cases(ex.exercise_id))):
-                judge.expected(ex.exercise_id, k)
-        factory = Sandbox  # bubblewrap: the bundle is not in the sandbox's file system at all
-        if runner == "fallback":
-            _lock(list(lock or []))  # the source and the real course_lib: root's alone from now
-            homes = work / "homes"
-            homes.mkdir()
-            homes.chmod(0o711)
-            runner_copy = work / "runner.py"
-            shutil.copyfile(RUNNER, runner_copy)
-            runner_copy.chmod(0o644)
-
-            def factory(course: Path, slot: int, lim: Limits) -> Sandbox:
-                return HostSandbox(course, slot, lim, scratch=homes, runner=runner_copy)
-        try:
-            plan = plan_submission(spec, nb)
-        except (RecursionError, MemoryError, ValueError, TypeError) as err:
-            result.update(status="could not grade", reason=f"the notebook's cells could not be "
-                          f"matched to the exercises ({type(err).__name__})")
-            return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle)
-        result["notes"] += plan.notes
-        per_ex, notes = run_submission(spec, plan, judge, course_dir, work / "records",
-                                       slots[0], limits, sandbox_factory=factory)
-        result["notes"] += notes
-        result["exercises"].update(exercise_results(per_ex))
-    finally:
-        for fd in fds:
-            os.close(fd)
-        shutil.rmtree(work, ignore_errors=True)
-    result["seconds"] = round(time.time() - t0, 2)
-    return Graded(_finish(spec, result), spec, runner, time.time() - t0, bundle, peak_rss_mb())
+        return Graded(result.finish(points), spec, runner, time.time() - t0, bundle)
+    _run_one(spec, nb, result, bundle, list(lock or []), runner)
+    if result.status != "graded":  # the cells could not be matched to the exercises
+        return Graded(result.finish(points), spec, runner, time.time() - t0, bundle)
+    result.seconds = round(time.time() - t0, 2)
+    return Graded(result.finish(points), spec, runner, time.time() - t0, bundle, peak_rss_mb())
 
 
 def peak_rss_mb() -> dict[str, float]:
     """Peak resident memory in MiB of this (trusted) process and of its largest finished child
     process (the student's kernel); their sum bounds what the two held at once."""
-    import resource
-
     grader = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kernel = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"grader": round(grader, 1), "kernel": round(kernel, 1),
             "sum": round(grader + kernel, 1)}
 
 
-def feedback_text(result: dict[str, Any], exercise_id: str, max_chars: int = 20000) -> str:
+def feedback_text(result: GradeResult, exercise_id: str, max_chars: int = 20000) -> str:
     """One exercise's feedback as plain text: the same content as the feedback page (the
     judge's messages, notes on repairs, the student's cells' outputs and errors, the visible
     tests' output), never the hidden test code or inputs."""
-    r = result["exercises"].get(exercise_id, {})
-    lines = [f"{r.get('points', 0):g} / {r.get('max_points', 0):g} points: {r.get('status', '')}"]
-    lines += [f"Note: {n}" for n in r.get("notes", [])]
-    if r.get("messages"):
-        lines += ["Hidden tests:", *[f"  {m}" for m in r["messages"]]]
-    elif r.get("status") == "passed":
+    r = result.exercises.get(exercise_id) or ExerciseOutcome(exercise_id, 0.0, 0.0, "")
+    lines = [f"{r.points:g} / {r.max_points:g} points: {r.status}"]
+    lines += [f"Note: {n}" for n in r.notes]
+    if r.messages:
+        lines += ["Hidden tests:", *[f"  {m}" for m in r.messages]]
+    elif r.status == "passed":
         lines.append("All hidden test cases passed.")
-    for log in r.get("logs", []):
-        if log.get("output") or log.get("error"):
-            lines.append(f"--- {log['label']}")
-            if log.get("output"):
-                lines.append(log["output"].rstrip())
-            if log.get("error"):
-                lines.append(f"Error: {log['error']}")
+    for log in r.logs:
+        if log.output or log.error:
+            lines.append(f"--- {log.label}")
+            if log.output:
+                lines.append(log.output.rstrip())
+            if log.error:
+                lines.append(f"Error: {log.error}")
     text = "\n".join(lines)
     return text if len(text) <= max_chars else text[:max_chars] + "\n[... cut]"
 
 
-def visible_test_log(result: dict[str, Any], exercise_id: str) -> tuple[bool, str]:
+def visible_test_log(result: GradeResult, exercise_id: str) -> tuple[bool, str]:
     """``(passed, text)`` of an exercise's visible tests (what the student's own notebook
     shows them): the visible test cell's output and error."""
-    r = result["exercises"].get(exercise_id, {})
-    for log in r.get("logs", []):
-        if log.get("label") == "visible tests":
-            text = (log.get("output") or "").rstrip()
-            if log.get("error"):
-                text = (text + "\n" if text else "") + f"Error: {log['error']}"
-            return log.get("error") is None, text or "The visible tests passed."
-    why = "; ".join(r.get("messages", [])) or "not run"
+    r = result.exercises.get(exercise_id) or ExerciseOutcome(exercise_id, 0.0, 0.0, "")
+    for log in r.logs:
+        if log.label == "visible tests":
+            text = (log.output or "").rstrip()
+            if log.error:
+                text = (text + "\n" if text else "") + f"Error: {log.error}"
+            return log.error is None, text or "The visible tests passed."
+    why = "; ".join(r.messages) or "not run"
     return False, f"The visible tests were not run: {why}"
 
 
@@ -470,40 +496,20 @@ def general_text(graded: Graded) -> str:
     """The submission-wide text: could-not-grade reason, repairs, the bundle's commit."""
     r = graded.result
     lines = []
-    if r["status"] != "graded":
-        lines.append(f"Could not grade this file: {r.get('reason', '')}")
-    lines += [f"Note: {n}" for n in r.get("notes", [])]
-    lines.append(f"Graded: {r.get('total', 0):g} / {r.get('max_total', 0):g} points "
+    if r.status != "graded":
+        lines.append(f"Could not grade this file: {r.reason}")
+    lines += [f"Note: {n}" for n in r.notes]
+    lines.append(f"Graded: {r.total:g} / {r.max_total:g} points "
                  f"({graded.bundle.get('chapter')}, course commit "
                  f"{str(graded.bundle.get('commit', ''))[:12]}, {graded.runner} runner).")
     return "\n".join(lines)
 
 
 def read_bundle(course_root: Path) -> dict[str, Any]:
+    """The ``bundle.json`` beside the bundle's ``course/`` folder."""
     return json.loads((course_root.parent / "bundle.json").read_text(encoding="utf-8"))
 
 
 def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def build_command(args) -> int:
-    """``python -m autograder gradescope|prairielearn CHAPTER --out DIR`` (see :mod:`autograder.cli`)."""
-    from autograder.paths import find_chapters
-
-    chapter = find_chapters(args.source_root, args.release_root, [args.chapter])[0]
-    settings = {"cell_timeout": args.cell_timeout, "notebook_timeout": args.notebook_timeout,
-                "memory_mb": args.memory_mb}
-    try:
-        if args.command == "gradescope":
-            from autograder.gradescope import build
-
-            print(f"wrote {build(chapter, args.out, args.allow_dirty, settings)}")
-        else:
-            from autograder.prairielearn import build
-
-            print(f"wrote {build(chapter, args.out, args.allow_dirty, args.image, args.timeout, settings)}")
-    except BundleError as err:
-        print(err, file=sys.stderr)
-        return 2
-    return 0

@@ -33,7 +33,11 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only: platform_common is imported inside run()'s try
+    from autograder.platform_common import Graded
+    from coursebook.chapters import Chapter
 
 RUN_SH = r"""#!/usr/bin/env bash
 # PrairieLearn's external grader runs this (the question's info.json names it) in a container
@@ -91,12 +95,12 @@ RESULTS_SCHEMA: dict[str, Any] = {
 }
 
 
-def build(chapter, out: Path, allow_dirty: bool = False, image: str | None = None,
+def build(chapter: Chapter, out: Path, allow_dirty: bool = False, image: str | None = None,
           timeout: int = 600, settings: dict | None = None) -> Path:
     """Write the question directory ``out/<chapter>/`` and ``out/<chapter>-grader-image/``."""
-    from autograder.platform_common import write_bundle
+    from autograder.platform_common import write_bundle  # see run()
 
-    qdir = out / chapter.name
+    qdir = out / chapter.slug
     if qdir.exists():
         shutil.rmtree(qdir)
     tests = qdir / "tests"
@@ -108,20 +112,20 @@ def build(chapter, out: Path, allow_dirty: bool = False, image: str | None = Non
     (qdir / "clientFilesQuestion").mkdir()
     if chapter.release.exists():
         shutil.copy2(chapter.release, qdir / "clientFilesQuestion" / chapter.release.name)
-    qid = uuid.uuid5(uuid.NAMESPACE_URL, f"attention-course/{chapter.name}")
+    qid = uuid.uuid5(uuid.NAMESPACE_URL, f"attention-course/{chapter.slug}")
     (qdir / "info.json").write_text(json.dumps({
-        "uuid": str(qid), "title": f"{chapter.name}: the notebook's exercises",
-        "topic": chapter.name, "tags": ["notebook", "autograded"], "type": "v3",
+        "uuid": str(qid), "title": f"{chapter.slug}: the notebook's exercises",
+        "topic": chapter.slug, "tags": ["notebook", "autograded"], "type": "v3",
         "singleVariant": True, "gradingMethod": "External",
         "externalGradingOptions": {"enabled": True, "image": image,
                                    "entrypoint": "/grade/tests/run.sh", "timeout": int(timeout)},
     }, indent=2) + "\n")
     name = html.escape(chapter.release.name)
     (qdir / "question.html").write_text(f"""<pl-question-panel>
-  <p>Work through the exercises of <b>{html.escape(chapter.name)}</b> in the notebook
+  <p>Work through the exercises of <b>{html.escape(chapter.slug)}</b> in the notebook
   (<a href="{{{{options.client_files_question_url}}}}/{name}">download the blank notebook</a>,
   or use your Colab copy), then upload it here as <code>{name}</code> (rename a Colab download
-  such as <code>{html.escape(chapter.slug)} (1).ipynb</code>). Each exercise is graded by hidden
+  such as <code>{html.escape(chapter.stem)} (1).ipynb</code>). Each exercise is graded by hidden
   tests; a file that cannot be read is returned without using an attempt.</p>
   <pl-file-upload file-names="{name}"></pl-file-upload>
 </pl-question-panel>
@@ -131,36 +135,36 @@ def build(chapter, out: Path, allow_dirty: bool = False, image: str | None = Non
   <pl-file-preview></pl-file-preview>
 </pl-submission-panel>
 """)
-    img = out / f"{chapter.name}-grader-image"
+    img = out / f"{chapter.slug}-grader-image"
     if img.exists():
         shutil.rmtree(img)
     img.mkdir(parents=True)
     for name_ in ("setup.sh", "requirements-grading.txt", "constraints.txt"):
         shutil.copy2(tests / name_, img / name_)
     shutil.copytree(tests / "course", img / "course")
-    (img / "Dockerfile").write_text(DOCKERFILE.format(chapter=chapter.name,
+    (img / "Dockerfile").write_text(DOCKERFILE.format(chapter=chapter.slug,
                                                       commit=info["commit"][:12], image=image))
     return qdir
 
 
-def results_json(graded) -> dict[str, Any]:
+def results_json(graded: Graded) -> dict[str, Any]:
     """PrairieLearn's results.json of one graded file (:class:`platform_common.Graded`)."""
-    from autograder.platform_common import feedback_text, general_text
+    from autograder.platform_common import feedback_text, general_text  # see run()
 
     r, spec = graded.result, graded.spec
-    if r["status"] != "graded":
-        return {"gradable": False, "score": 0.0, "format_errors": [r.get("reason", "")],
+    if r.status != "graded":
+        return {"gradable": False, "score": 0.0, "format_errors": [r.reason],
                 "message": general_text(graded)}
     tests = []
     for ex in spec.exercises:
-        er = r["exercises"].get(ex.exercise_id, {})
-        msgs = er.get("messages", [])
+        er = r.exercises[ex.exercise_id]
+        msgs = er.messages
         tests.append({"name": ex.name, "description": f"{ex.exercise_id} (hidden tests)",
-                      "points": float(er.get("points", 0.0)), "max_points": float(ex.points),
-                      "message": "passed" if er.get("status") == "passed" else (
-                          msgs[0] if msgs else er.get("status", "failed")),
+                      "points": float(er.points), "max_points": float(ex.points),
+                      "message": "passed" if er.status == "passed" else (
+                          msgs[0] if msgs else er.status),
                       "output": feedback_text(r, ex.exercise_id)})
-    total, top = float(r["total"]), float(r["max_total"]) or 1.0
+    total, top = float(r.total), float(r.max_total) or 1.0
     return {"gradable": True, "score": min(1.0, max(0.0, total / top)),
             "message": general_text(graded), "output": "", "tests": tests}
 
@@ -173,15 +177,17 @@ def run(root: Path) -> int:
     results.chmod(0o755)
     out = results / "results.json"
     try:
+        # imported here, inside the try: a grader that cannot even import still writes a
+        # results.json with the reason
         from autograder.platform_common import find_notebook, grade_file, read_bundle
 
         course = root / "tests" / "course"
         bundle = read_bundle(course)
-        notebook, note = find_notebook(root / "student", bundle["slug"])
+        notebook, note = find_notebook(root / "student", bundle["stem"])
         graded = grade_file(course, bundle, notebook, missing_reason=note,
                             lock=[root / "tests", root / "data"])
         if notebook is not None and note:
-            graded.result["notes"].insert(0, note)
+            graded.result.notes.insert(0, note)
         graded.seconds = time.time() - t0
         data = results_json(graded)
     except BaseException as err:  # noqa: BLE001 - a results.json, never a harness crash

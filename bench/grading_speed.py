@@ -30,8 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.paths import Chapter, find_chapters  # noqa: E402
-from autograder.release import release  # noqa: E402
+from autograder.extra_exercises import register_extra_exercises  # noqa: E402
+from coursebook.chapters import Chapter  # noqa: E402
+from tests.adversarial.chapters import FIXTURES, first_chapter, released_copy  # noqa: E402
 from tests.adversarial.generate import build_suite, load, write_suite  # noqa: E402
 
 MIX = ["solution", "blank", "partial", "calls-reference", "stripped-metadata", "colab",
@@ -39,17 +40,13 @@ MIX = ["solution", "blank", "partial", "calls-reference", "stripped-metadata", "
 
 
 def pick_chapter(tmp: Path) -> tuple[Chapter, dict[str, str]]:
+    """Chapter 1 (else the fixture chapter) released under ``tmp``, and the grading env."""
     env = dict(os.environ)
-    real = [c for c in find_chapters() if c.name.startswith("01-")]
-    if real:  # released from its source here, as `make release` does
-        chapter = Chapter(real[0].name, real[0].source_root, tmp / "release")
-        release([chapter])
-        return chapter, env
-    env["AUTOGRADER_EXTRA_EXERCISES"] = str(REPO / "tests" / "fixtures" / "exercises")
-    os.environ["AUTOGRADER_EXTRA_EXERCISES"] = env["AUTOGRADER_EXTRA_EXERCISES"]
-    chapter = Chapter("00-fixture", REPO / "tests" / "fixtures" / "solutions", tmp / "release")
-    release([chapter])
-    return chapter, env
+    original = first_chapter()
+    if original.number == 0:
+        env["AUTOGRADER_EXTRA_EXERCISES"] = str(FIXTURES / "exercises")
+        os.environ["AUTOGRADER_EXTRA_EXERCISES"] = env["AUTOGRADER_EXTRA_EXERCISES"]
+    return released_copy(original, tmp / "course"), env
 
 
 def main() -> int:
@@ -62,8 +59,6 @@ def main() -> int:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="grading-speed-"))
     chapter, env = pick_chapter(tmp)
-    from autograder.paths import register_extra_exercises
-
     register_extra_exercises()
     spec = load(chapter)
     base = {s.student: s for s in build_suite(chapter, spec, secret_paths=[], port=9)}
@@ -79,16 +74,15 @@ def main() -> int:
     # --- hardened
     t0 = time.time()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    hard_cmd = [py, "-m", "autograder", "grade", chapter.name, str(tmp / "subs"), "--out",
-                str(tmp / "out-hardened"), "--source-root", str(chapter.source_root),
-                "--release-root", str(chapter.release_root), "--no-progress", "--force"]
+    hard_cmd = [py, "-m", "autograder", "grade", chapter.slug, str(tmp / "subs"), "--out",
+                str(tmp / "out-hardened"), "--root", str(chapter.root), "--no-progress", "--force"]
     subprocess.run(hard_cmd, cwd=REPO, env=env, check=True, capture_output=True)
     hard = time.time() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if args.hardened_only:
         # CPU seconds (the grader and every sandbox) compare two versions on a busy machine too.
-        print(f"hardened python -m autograder grade: {args.n} submissions of {chapter.name} in "
+        print(f"hardened python -m autograder grade: {args.n} submissions of {chapter.slug} in "
               f"{hard:.1f} s wall, {cpu:.1f} CPU s ({hard / args.n:.2f} s and "
               f"{cpu / args.n:.2f} CPU s each; reproduce: .venv/bin/python "
               "bench/grading_speed.py --hardened-only)")
@@ -96,8 +90,8 @@ def main() -> int:
 
     # --- stock nbgrader CLI, full mode
     course = tmp / "stock"
-    (course / "source" / chapter.name).mkdir(parents=True)
-    shutil.copyfile(chapter.source, course / "source" / chapter.name / f"{chapter.slug}.ipynb")
+    (course / "source" / chapter.slug).mkdir(parents=True)
+    shutil.copyfile(chapter.source, course / "source" / chapter.slug / f"{chapter.stem}.ipynb")
     (course / "nbgrader_config.py").write_text(
         "c = get_config()\nc.CourseDirectory.root = %r\nc.Execute.timeout = 600\n" % str(course))
     stock_env = {k: v for k, v in env.items() if k != "COURSE_LIB_QUICK"}
@@ -111,15 +105,15 @@ def main() -> int:
             shutil.copyfile(f, lib / "course_lib" / "exercises" / f.name)
         stock_env["PYTHONPATH"] = str(lib)
     nbg = [py, "-m", "nbgrader"]
-    subprocess.run(nbg + ["generate_assignment", chapter.name, "--force"], cwd=course,
+    subprocess.run(nbg + ["generate_assignment", chapter.slug, "--force"], cwd=course,
                    env=stock_env, check=True, capture_output=True)
     sample = subs[: max(1, min(args.stock_sample, len(subs)))]
     t0 = time.time()
     for s in sample:
-        d = course / "submitted" / s.student / chapter.name
+        d = course / "submitted" / s.student / chapter.slug
         d.mkdir(parents=True)
-        (d / f"{chapter.slug}.ipynb").write_bytes(s.content)
-        subprocess.run(nbg + ["autograde", chapter.name, "--student", s.student, "--force"],
+        (d / f"{chapter.stem}.ipynb").write_bytes(s.content)
+        subprocess.run(nbg + ["autograde", chapter.slug, "--student", s.student, "--force"],
                        cwd=course, env=stock_env, capture_output=True)
     stock_sample = time.time() - t0
     import csv
@@ -138,7 +132,7 @@ def main() -> int:
     stock = stock_sample * len(subs) / len(sample)
     est = "" if len(sample) == len(subs) else (
         f" (ESTIMATE: {len(sample)} of {len(subs)} timed, {stock_sample:.1f} s, extrapolated)")
-    print(f"chapter {chapter.name}, {len(subs)} submissions, {os.cpu_count()} cores")
+    print(f"chapter {chapter.slug}, {len(subs)} submissions, {os.cpu_count()} cores")
     print(f"stock nbgrader autograde (CLI, full mode): {stock:.1f} s{est}, "
           f"{60 * len(subs) / stock:.1f} submissions/minute")
     print(f"hardened python -m autograder grade:       {hard:.1f} s, "

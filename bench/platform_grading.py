@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.cli import main as cli_main  # noqa: E402
-from autograder.paths import find_chapters  # noqa: E402
+from coursebook.chapters import all_chapters, find_chapter  # noqa: E402
 from tests.test_autograder_gradescope import run_gradescope  # noqa: E402
 
 
@@ -39,23 +39,24 @@ def main() -> int:
     rows = []
     print(f"{'chapter':24} {'seconds':>8} {'points':>10} {'grader MiB':>11} {'kernel MiB':>11} "
           f"{'sum MiB':>8}  runner")
-    for chapter in find_chapters(names=args.chapters or None):
+    chapters = [find_chapter(n) for n in args.chapters] if args.chapters else all_chapters()
+    for chapter in chapters:
         with tempfile.TemporaryDirectory(prefix="bench-platform-") as tmp_:
             tmp = Path(tmp_)
-            assert cli_main(["gradescope", chapter.name, "--out", str(tmp / "zip"),
+            assert cli_main(["gradescope", chapter.slug, "--out", str(tmp / "zip"),
                              "--allow-dirty"]) == 0
-            zip_path = tmp / "zip" / f"{chapter.name}-gradescope.zip"
+            zip_path = tmp / "zip" / f"{chapter.slug}-gradescope.zip"
             t0 = time.time()
             data = run_gradescope(zip_path, tmp, "solution", chapter.source.name,
                                   chapter.source.read_bytes(), Path(sys.prefix))
             seconds = time.time() - t0
         extra = data.get("extra_data", {})
         mem = extra.get("peak_rss_mb", {})
-        row = {"chapter": chapter.name, "seconds": round(seconds, 1), "score": data["score"],
+        row = {"chapter": chapter.slug, "seconds": round(seconds, 1), "score": data["score"],
                "max": extra.get("max_total"), "runner": extra.get("runner"), **{
                    f"{k}_mib": v for k, v in mem.items()}}
         rows.append(row)
-        print(f"{chapter.name:24} {seconds:8.1f} {data['score']:>4g} / {row['max'] or 0:<3g} "
+        print(f"{chapter.slug:24} {seconds:8.1f} {data['score']:>4g} / {row['max'] or 0:<3g} "
               f"{mem.get('grader', 0):11.0f} {mem.get('kernel', 0):11.0f} "
               f"{mem.get('sum', 0):8.0f}  {row['runner']}", flush=True)
     if args.json:

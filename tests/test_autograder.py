@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from autograder.chapter_spec import load_chapter_spec
-from autograder.paths import REPO, Chapter
+from coursebook.chapters import REPO
+from tests.adversarial.chapters import FIXTURE
 from autograder.rebuild import helper_statements, plan_submission
 from autograder.strip import strip_source
-from autograder.submissions import InvalidSubmission, discover, load_notebook, read_roster
+from autograder.ingest import InvalidSubmission, discover, load_notebook, read_roster
 
 FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="module")
 def spec():
-    ch = Chapter("00-fixture", FIXTURES / "solutions", FIXTURES / "no-release")
-    return load_chapter_spec(ch.name, ch.exercise_chapter, ch.source, None)
+    return load_chapter_spec(FIXTURE.slug, FIXTURE.exercises, FIXTURE.source, None)
 
 
 def test_spec_reads_exercises_points_and_hidden_calls(spec) -> None:
@@ -138,7 +138,7 @@ def test_judge_rejects_oversized_or_non_array_records(tmp_path: Path) -> None:
 def test_lms_zip_is_extracted_safely(tmp_path: Path) -> None:
     import zipfile
 
-    from autograder.submissions import extract_zip
+    from autograder.ingest import extract_zip
 
     z = tmp_path / "export.zip"
     with zipfile.ZipFile(z, "w") as f:
@@ -172,7 +172,7 @@ def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
     not hidden by it (the kernel then fails to start with status 127)."""
     import sys
 
-    from autograder import sandbox
+    from autograder.run import sandbox
 
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
     monkeypatch.setattr(sys, "prefix", "/tmp/ci-checkout/.venv")
@@ -245,7 +245,7 @@ def test_zip_entries_that_are_links_are_reported_not_extracted(tmp_path: Path) -
     import stat
     import zipfile
 
-    from autograder.submissions import extract_zip
+    from autograder.ingest import extract_zip
 
     z = tmp_path / "export.zip"
     with zipfile.ZipFile(z, "w") as f:
@@ -271,20 +271,20 @@ def test_zip_entries_that_are_links_are_reported_not_extracted(tmp_path: Path) -
 def test_zip_entries_are_extracted_only_up_to_the_size_cap(tmp_path: Path, monkeypatch) -> None:
     import zipfile
 
-    from autograder import submissions
+    from autograder.ingest import unzip
 
-    monkeypatch.setattr(submissions, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(unzip, "MAX_FILE_BYTES", 1000)
     z = tmp_path / "export.zip"
     with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as f:
         f.writestr("bob/seq2seq.ipynb", b" " * 1_000_000)
-    root = submissions.extract_zip(z, tmp_path / "x")
+    root = unzip.extract_zip(z, tmp_path / "x")
     assert (root / "bob" / "seq2seq.ipynb").stat().st_size == 1001
     with pytest.raises(InvalidSubmission, match="larger than"):
         load_notebook(root / "bob" / "seq2seq.ipynb", max_bytes=1000)
 
 
 def test_discovery_is_bounded_and_names_are_printable(tmp_path: Path, monkeypatch) -> None:
-    from autograder import submissions
+    from autograder.ingest import walk
 
     deep = tmp_path / "a" / "b" / "c" / "d" / "e"
     deep.mkdir(parents=True)
@@ -296,7 +296,7 @@ def test_discovery_is_bounded_and_names_are_printable(tmp_path: Path, monkeypatc
     assert "a/b/c/d/" in files and "levels deep" in files["a/b/c/d/"].problem
     (student,) = [f.student for f in files.values() if f.student]
     assert student == "caf\\udce9"  # writable as UTF-8 everywhere
-    monkeypatch.setattr(submissions, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(walk, "MAX_ENTRIES", 3)
     for i in range(5):
         (tmp_path / f"s{i}.ipynb").write_text("{}")
     files = discover(tmp_path, "seq2seq", None)
@@ -304,7 +304,7 @@ def test_discovery_is_bounded_and_names_are_printable(tmp_path: Path, monkeypatc
 
 
 def test_deeply_nested_json_is_refused_before_parsing(tmp_path: Path) -> None:
-    from autograder.submissions import json_depth
+    from autograder.ingest import json_depth
 
     deep = tmp_path / "deep.ipynb"
     deep.write_bytes(b'{"cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
@@ -346,7 +346,7 @@ def test_what_jupyter_opens_is_accepted(tmp_path: Path, minor: int, ids: bool) -
 
 
 def test_feedback_names_are_distinct_for_distinct_students() -> None:
-    from autograder.grade import safe_name
+    from autograder.results import safe_name
 
     names = [safe_name(s) for s in ("a b", "a_b", "a/b", "..", "s1001")]
     assert len(set(names)) == 5 and names[-1] == "s1001"
@@ -375,25 +375,29 @@ def test_a_hostile_record_fails_its_case_only(tmp_path: Path) -> None:
 
 
 def test_summary_lists_common_failures_and_every_ungraded_file(tmp_path: Path, spec) -> None:
-    from autograder.report import failure_kind, write_summary
+    from autograder.report.summary import failure_kind, write_summary
+    from autograder.results import ExerciseOutcome, FileRow, GradeResult
 
     def result(sid, status, msgs):
         other = "passed" if status == "graded" else "not graded"
-        return {"student_id": sid, "status": status, "total": 0.0, "exercises": {
-            "fixture.masked_softmax": {"status": "failed", "messages": msgs, "points": 0.0},
-            "fixture.attention": {"status": other, "messages": [], "points": 3.0}}}
+        r = GradeResult(sid, "", "", "", "hardened", status=status)
+        r.exercises = {
+            "fixture.masked_softmax": ExerciseOutcome("fixture.masked_softmax", 0.0, 2.0,
+                                                      "failed", msgs),
+            "fixture.attention": ExerciseOutcome("fixture.attention", 3.0, 3.0, other)}
+        return r
 
     results = [result("a", "graded", ["case 1 (float32): output: largest error 0.5 at index (0, 1)",
                                       "case 2 (float64): output: largest error 0.25 at index (1, 1)"]),
                result("b", "graded", ["case 3 (x): output: largest error 7 at index (2, 0)"]),
                result("c", "graded", ["rows do not sum to one\n    (output: largest error 1)"]),
                result("d", "could not grade", ["the file is empty"])]
-    rows = [{"file": "d/x.ipynb", "student_id": "d", "status": "could not grade",
-             "reason": "the file is empty (0 bytes)"},
-            {"file": "<b>.ipynb", "student_id": "", "status": "not mapped", "reason": "names nobody"}]
+    rows = [FileRow("d/x.ipynb", "d", status="could not grade",
+                    reason="the file is empty (0 bytes)"),
+            FileRow("<b>.ipynb", "", status="not mapped", reason="names nobody")]
     write_summary(tmp_path / "summary.html", spec, results, rows)
     page = (tmp_path / "summary.html").read_text()
-    assert failure_kind(results[0]["exercises"]["fixture.masked_softmax"]["messages"][0]) == \
+    assert failure_kind(results[0].exercises["fixture.masked_softmax"].messages[0]) == \
         "output: largest error # at index (#, #)"
     assert "<td>2</td><td>output: largest error # at index (#, #)</td>" in page  # a and b
     assert "<td>1</td><td>rows do not sum to one</td>" in page

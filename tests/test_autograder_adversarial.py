@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,42 +19,31 @@ from pathlib import Path
 
 import pytest
 
-from autograder.paths import REPO, Chapter, find_chapters
+from coursebook.chapters import REPO, Chapter
+from tests.adversarial.chapters import FIXTURES, first_chapter, released_copy
 from tests.adversarial.generate import MARKER, build_suite, load, write_suite
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("autograder-adversarial")]
 
-FIXTURES = REPO / "tests" / "fixtures"
 
 
 def _chapter(tmp: Path) -> tuple[Chapter, dict[str, str]]:
     """Chapter 1 when its source exists, else the fixture chapter, with its release.
 
     The source is copied under ``tmp`` first (a chapter being edited meanwhile changes nothing
-    in this run), and released there as the release command does (what `make release` writes;
-    test_autograder_release checks that the committed chapters/ is the same).
+    in this run), and released there as the release command does
+    (:func:`tests.adversarial.chapters.released_copy`).
     """
-    from autograder.release import generate_release
-
     env = dict(os.environ)
-    real = [c for c in find_chapters() if c.name.startswith("01-")]
-    if real:
-        original = real[0]
-    else:
+    original = first_chapter()
+    if original.number == 0:
         env["AUTOGRADER_EXTRA_EXERCISES"] = str(FIXTURES / "exercises")
-        original = Chapter("00-fixture", FIXTURES / "solutions")
-    chapter = Chapter(original.name, tmp / "solutions", tmp / "release")
-    for path in (chapter.source, chapter.release):
-        path.parent.mkdir(parents=True)
-    shutil.copyfile(original.source, chapter.source)
-    chapter.release.write_text(generate_release(chapter), encoding="utf-8")
-    return chapter, env
+    return released_copy(original, tmp), env
 
 
 def _grade(chapter: Chapter, env: dict, subs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "autograder", "grade", chapter.name, str(subs), "--out", str(out),
-           "--source-root", str(chapter.source_root), "--release-root", str(chapter.release_root),
-           "--no-progress", *extra]
+    cmd = [sys.executable, "-m", "autograder", "grade", chapter.slug, str(subs), "--out", str(out),
+           "--root", str(chapter.root), "--no-progress", *extra]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -143,7 +131,7 @@ def test_no_process_network_or_gradebook_leak(suite) -> None:
     grades = _grades(suite["out"])
     with Gradebook(f"sqlite:///{suite['out'] / 'gradebook.db'}") as gb:
         for sid, row in grades.items():
-            sub = gb.find_submission(suite["chapter"].name, sid)
+            sub = gb.find_submission(suite["chapter"].slug, sid)
             assert sub.score == pytest.approx(float(row["total"])), sid
 
 
@@ -166,7 +154,7 @@ def test_rerun_is_cached_and_a_late_file_grades_only_itself(suite, tmp_path) -> 
     late = subs / "late-student"
     late.mkdir()
     solution = next(s for s in suite["subs"] if s.student == "solution")
-    (late / f"Copy of {suite['chapter'].slug}.ipynb").write_bytes(solution.content)
+    (late / f"Copy of {suite['chapter'].stem}.ipynb").write_bytes(solution.content)
     proc = _grade(suite["chapter"], suite["env"], subs, suite["out"], "--cell-timeout", "20")
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(suite["out"] / "report.csv", newline="") as f:
@@ -233,7 +221,7 @@ def test_outputs_of_a_bad_batch_summary_lms_files_and_report(suite) -> None:
 def test_similarity_report_flags_the_renamed_copy_and_changes_no_grade(suite) -> None:
     """The renamed copy is linked to the instructor's solution (submitted by "solution" and its
     copies) on every exercise long enough to tell; it still has full marks."""
-    from autograder.similarity import MIN_SHARED, normalised_length
+    from autograder.report.similarity import MIN_SHARED, normalised_length
     from tests.adversarial.generate import _solution_text
 
     import nbformat

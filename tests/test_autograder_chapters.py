@@ -36,7 +36,6 @@ import copy
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -45,13 +44,14 @@ import nbformat
 import pytest
 
 from autograder.chapter_spec import load_chapter_spec
-from autograder.paths import REPO, Chapter, find_chapters
+from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
 from course_lib import grading
 from tests.adversarial import memorised
+from tests.adversarial.chapters import released_copy
 from tests.adversarial.generate import _solution_text
 from tests.fixtures.colab.transform import colab_transform
 
-CHAPTERS = [c.name for c in find_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
+CHAPTERS = [c.slug for c in all_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
 COPIES = ["solution", "blank", "partial", "calls-reference", "guard-off", "colab",
           "stripped-metadata", "module-helpers", "memorised"]
 
@@ -67,9 +67,9 @@ def test_the_grader_can_read_the_chapter(name: str) -> None:
     """One check per test cell, one solution cell defining its function, points, registered."""
     from course_lib import grading
 
-    chapter = Chapter(name)
-    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source)
-    registered = grading.chapter_exercises(chapter.exercise_chapter)
+    chapter = find_chapter(name)
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source)
+    registered = grading.chapter_exercises(chapter.exercises)
     for ex in spec.exercises:
         assert ex.points > 0, f"{name}: {ex.exercise_id} is worth no points"
         assert ex.exercise_id in registered, f"{name}: {ex.exercise_id} is not registered"
@@ -152,20 +152,12 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
     for name in CHAPTERS])
 def graded(request, tmp_path_factory) -> dict:
     """One hardened grading run per chapter, of all its copies together, shared by the tests."""
-    from autograder.release import generate_release
-
     name = request.param
     tmp = tmp_path_factory.mktemp(f"chapter-{name}")
     # A snapshot of the source (a chapter edited meanwhile changes nothing in this run) and its
-    # release as `make release` writes it (the committed chapters/ may lag behind while a
-    # chapter is edited; test_autograder_release checks it).
-    chapter = Chapter(name, tmp / "solutions", tmp / "release")
-    for path in (chapter.source, chapter.release):
-        path.parent.mkdir(parents=True)
-    shutil.copyfile(Chapter(name).source, chapter.source)
-    chapter.release.write_text(generate_release(chapter), encoding="utf-8")
-    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
-                             chapter.release)
+    # release as `python -m publish release` writes it (tests.adversarial.chapters).
+    chapter = released_copy(find_chapter(name), tmp)
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source, chapter.release)
     copies = _copies(chapter, spec)
     subs = tmp / "subs"
     for student, (text, _) in copies.items():
@@ -173,8 +165,7 @@ def graded(request, tmp_path_factory) -> dict:
         (subs / student / chapter.release.name).write_text(text)
     out = tmp / "out"
     cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
-           "--source-root", str(chapter.source_root), "--release-root", str(chapter.release_root),
-           "--no-progress", "--workers", "2"]
+           "--root", str(chapter.root), "--no-progress", "--workers", "2"]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "COURSE_LIB_QUICK": "1"},
                           capture_output=True, text=True, timeout=1200)

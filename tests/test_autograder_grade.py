@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.paths import REPO, Chapter
-from autograder.release import release
+from coursebook.chapters import REPO
+from tests.adversarial.chapters import FIXTURE, released_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("autograder-grade")]
 
@@ -21,8 +21,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 
 
 def test_lms_zip_with_roster_maps_grades_and_reports(tmp_path: Path) -> None:
-    chapter = Chapter("00-fixture", FIXTURES / "solutions", tmp_path / "release")
-    release([chapter])
+    chapter = released_copy(FIXTURE, tmp_path / "course")
     solution = (FIXTURES / "colab" / "fixture-solution.ipynb").read_bytes()
     blank = chapter.release.read_bytes()
     z = tmp_path / "submissions.zip"
@@ -37,8 +36,7 @@ def test_lms_zip_with_roster_maps_grades_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", "00", str(z), "--roster", str(roster),
-         "--out", str(out), "--source-root", str(chapter.source_root), "--release-root",
-         str(chapter.release_root)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+         "--out", str(out), "--root", str(chapter.root)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(out / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))

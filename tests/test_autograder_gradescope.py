@@ -26,7 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from autograder.paths import REPO, Chapter
+from coursebook.chapters import REPO, find_chapter
 
 CHAPTER = "01-seq2seq"
 SUBMISSIONS = ("solution", "blank", "partial", "colab", "truncated")
@@ -45,11 +45,11 @@ def submissions(tmp: Path) -> dict[str, tuple[str, bytes]]:
     from autograder.chapter_spec import load_chapter_spec
     from tests.test_autograder_chapters import _copies
 
-    chapter = Chapter(CHAPTER)
-    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+    chapter = find_chapter(CHAPTER)
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source,
                              chapter.release)
     copies = _copies(chapter, spec)
-    slug = chapter.slug
+    slug = chapter.stem
     solution = copies["solution"][0].encode()
     return {"solution": (f"{slug}.ipynb", solution),
             "blank": (f"{slug}.ipynb", copies["blank"][0].encode()),
@@ -179,8 +179,8 @@ def check_against(name: str, data: dict, expected: dict, spec) -> None:
 def chapter_spec():
     from autograder.chapter_spec import load_chapter_spec
 
-    chapter = Chapter(CHAPTER)
-    return load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+    chapter = find_chapter(CHAPTER)
+    return load_chapter_spec(chapter.slug, chapter.exercises, chapter.source,
                              chapter.release)
 
 
@@ -203,7 +203,8 @@ def test_the_zip_holds_setup_run_autograder_and_the_pinned_bundle(gradescope_zip
         setup = z.read("setup.sh").decode()
         requirements = z.read("requirements-grading.txt").decode()
     assert {"setup.sh", "run_autograder", "bundle.json", "requirements-grading.txt",
-            "constraints.txt", "course/course_lib/__init__.py", "course/autograder/hardened.py",
+            "constraints.txt", "course/course_lib/__init__.py", "course/autograder/run/hardened.py",
+            "course/coursebook/chapters.py",
             "course/solutions/01-seq2seq/seq2seq.ipynb", "course/chapters/01-seq2seq/seq2seq.ipynb"
             } <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
@@ -223,8 +224,8 @@ def test_a_dirty_tree_is_refused_without_allow_dirty(tmp_path: Path, monkeypatch
     monkeypatch.setattr(platform_common, "_git", lambda *a: "abc\n" if a[0] == "rev-parse"
                         else " M course_lib/attention.py\n")
     with pytest.raises(platform_common.BundleError, match="--allow-dirty"):
-        platform_common.write_bundle(Chapter(CHAPTER), tmp_path / "b")
-    info = platform_common.write_bundle(Chapter(CHAPTER), tmp_path / "b", allow_dirty=True)
+        platform_common.write_bundle(find_chapter(CHAPTER), tmp_path / "b")
+    info = platform_common.write_bundle(find_chapter(CHAPTER), tmp_path / "b", allow_dirty=True)
     assert info["dirty"] == ["course_lib/attention.py"]
 
 
@@ -255,7 +256,7 @@ def test_an_ungradable_file_gives_zero_and_the_reason(tmp_path: Path, gradescope
     with zipfile.ZipFile(gradescope_zip) as z:
         z.extractall(root / "source")
     (root / "submission").mkdir()
-    solution = Chapter(CHAPTER).source.read_bytes()
+    solution = find_chapter(CHAPTER).source.read_bytes()
     if what == "truncated":
         (root / "submission" / "seq2seq.ipynb").write_bytes(solution[: len(solution) // 2])
     elif what == "not-json":

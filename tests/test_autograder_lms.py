@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from autograder.chapter_spec import ChapterSpec, ExerciseSpec
-from autograder.lms import read_roster_rows, write_lms_files
+from autograder.report.lms import read_roster_rows, write_lms_files
+from autograder.results import GradeResult
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
@@ -70,7 +71,7 @@ def batch(tmp_path: Path) -> dict:
     spec = ChapterSpec("01-seq2seq", "seq2seq", ["setup"], [
         ExerciseSpec("seq2seq.a", "a", "a", "a", "test_a", None, None, 2.0, "", ""),
         ExerciseSpec("seq2seq.b", "b", "b", "b", "test_b", None, None, 3.5, "", "")])
-    results = [{"student_id": sid, "total": total} for sid, total in
+    results = [GradeResult(sid, "", "", "", "hardened", total=total) for sid, total in
                (("s1001", 5.5), ("s1002", 2.0), ("folder-only", 0.0), ("=cmd", 3.5))]
     roster = tmp_path / "roster.csv"
     roster.write_text(
@@ -125,7 +126,7 @@ def test_two_students_with_one_name_get_their_own_grades_in_canvas(tmp_path: Pat
     """Issue 17, item 5: the points of the first "Wei Zhang" went to the second's Canvas user."""
     import os
 
-    from autograder.submissions import discover, read_roster
+    from autograder.ingest import discover, read_roster
 
     spec = ChapterSpec("01-seq2seq", "seq2seq", ["setup"], [
         ExerciseSpec("seq2seq.a", "a", "a", "a", "test_a", None, None, 17.0, "", "")])
@@ -138,8 +139,8 @@ def test_two_students_with_one_name_get_their_own_grades_in_canvas(tmp_path: Pat
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,name,canvas_id\ns1001,Wei Zhang,3001\ns1002,Wei Zhang,3002\n")
     graded = [f for f in discover(subs, "seq2seq", read_roster(roster)) if f.student]
-    results = [{"student_id": f.student,
-                "total": 17.0 if f.path.read_text() == "solved" else 0.0} for f in graded]
+    results = [GradeResult(f.student, "", "", "", "hardened",
+                           total=17.0 if f.path.read_text() == "solved" else 0.0) for f in graded]
     out = tmp_path / "out"
     out.mkdir()
     canvas, _ = write_lms_files(out, spec, results, read_roster_rows(roster))
@@ -149,7 +150,7 @@ def test_two_students_with_one_name_get_their_own_grades_in_canvas(tmp_path: Pat
 
 def test_one_student_id_on_two_roster_rows_is_an_error(tmp_path: Path) -> None:
     """Which row's Canvas id gets the grade would be a guess: the roster is refused."""
-    from autograder.submissions import RosterError
+    from autograder.ingest import RosterError
 
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,name,canvas_id\ns1,Ann Lee,11\ns2,Bob Stone,12\ns1,Ann Lee,13\n")

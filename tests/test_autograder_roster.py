@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.submissions import SubmissionFile, discover, read_roster
+from autograder.ingest import SubmissionFile, discover, read_roster
 
 WEI_ROWS = ("s1001,Wei Zhang,wei1@uni.edu,3001\n"
             "s1002,Wei Zhang,wei2@uni.edu,3002\n")
@@ -223,7 +223,7 @@ def test_canvas_names_of_last_first_rosters_match(tmp_path: Path) -> None:
 
 
 def test_roster_problems_are_errors_or_warnings(tmp_path: Path) -> None:
-    from autograder.submissions import RosterError
+    from autograder.ingest import RosterError
 
     with pytest.raises(RosterError, match=r"s1 is on rows 2 and 3"):
         read_roster(_roster(tmp_path, "student_id,name\ns1,Ann Lee\ns1,Bob Stone\n"))
@@ -247,12 +247,11 @@ def test_roster_problems_are_errors_or_warnings(tmp_path: Path) -> None:
 def test_grade_prints_the_roster_warnings_and_keeps_them_in_the_report(tmp_path: Path) -> None:
     import csv
 
-    from autograder.paths import REPO, Chapter
-    from autograder.release import release
+    from coursebook.chapters import REPO
+    from tests.adversarial.chapters import FIXTURE, FIXTURES, released_copy
 
-    fixtures = REPO / "tests" / "fixtures"
-    chapter = Chapter("00-fixture", fixtures / "solutions", tmp_path / "release")
-    release([chapter])
+    fixtures = FIXTURES
+    chapter = released_copy(FIXTURE, tmp_path / "course")
     subs = tmp_path / "subs"
     (subs / "notes.txt").parent.mkdir()
     (subs / "notes.txt").write_text("nothing to grade")
@@ -260,8 +259,8 @@ def test_grade_prints_the_roster_warnings_and_keeps_them_in_the_report(tmp_path:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", "00", str(subs), "--roster", str(roster),
-         "--out", str(out), "--no-progress", "--source-root", str(chapter.source_root),
-         "--release-root", str(chapter.release_root)], cwd=REPO, capture_output=True, text=True,
+         "--out", str(out), "--no-progress", "--root", str(chapter.root)],
+        cwd=REPO, capture_output=True, text=True,
         env={**os.environ, "AUTOGRADER_EXTRA_EXERCISES": str(fixtures / "exercises")},
         timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -273,8 +272,8 @@ def test_grade_prints_the_roster_warnings_and_keeps_them_in_the_report(tmp_path:
     bad = _roster(tmp_path, "student_id\ns1\ns1\n")
     proc = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", "00", str(subs), "--roster", str(bad),
-         "--out", str(out), "--no-progress", "--source-root", str(chapter.source_root),
-         "--release-root", str(chapter.release_root)], cwd=REPO, capture_output=True, text=True,
+         "--out", str(out), "--no-progress", "--root", str(chapter.root)],
+        cwd=REPO, capture_output=True, text=True,
         env={**os.environ, "AUTOGRADER_EXTRA_EXERCISES": str(fixtures / "exercises")},
         timeout=300)
     assert proc.returncode == 2 and "s1 is on rows 2 and 3" in proc.stderr

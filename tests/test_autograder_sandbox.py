@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups
-from autograder.paths import REPO
-from autograder.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
+from autograder.run import cgroups
+from coursebook.chapters import REPO
+from autograder.run.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
 from autograder.strip import build_sandbox_course_lib
 
 slow = pytest.mark.slow  # starts sandboxed Python processes
@@ -483,12 +483,10 @@ def test_grade_warns_once_at_the_start_when_no_cgroup_can_be_made(
     """``python -m autograder grade`` on an unwritable cgroupfs: one line on stderr naming
     the protections lost, and the run grades with the RLIMIT limits alone."""
     from autograder.cli import main
-    from autograder.paths import Chapter
-    from autograder.release import release
+    from tests.adversarial.chapters import FIXTURE, FIXTURES, released_copy
 
-    fixtures = REPO / "tests" / "fixtures"
-    chapter = Chapter("00-fixture", fixtures / "solutions", tmp_path / "release")
-    release([chapter])
+    fixtures = FIXTURES
+    chapter = released_copy(FIXTURE, tmp_path / "course")
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "s1001.ipynb").write_bytes((fixtures / "colab" / "fixture-solution.ipynb")
@@ -497,8 +495,7 @@ def test_grade_warns_once_at_the_start_when_no_cgroup_can_be_made(
     _unwritable_v2(tmp_path, monkeypatch)
     capsys.readouterr()
     code = main(["grade", "00", str(subs), "--out", str(tmp_path / "out"), "--no-progress",
-                 "--workers", "1", "--source-root", str(chapter.source_root),
-                 "--release-root", str(chapter.release_root)])
+                 "--workers", "1", "--root", str(chapter.root)])
     out, err = capsys.readouterr()
     assert code == 0, err
     warnings = [line for line in err.splitlines() if "cgroup" in line]

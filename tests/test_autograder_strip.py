@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import torch
 
-from autograder import sandbox_runner
+from autograder.run import sandbox_runner
 from tests.adversarial import memorised
-from autograder.hardened import clean_reply
+from autograder.run.hardened import clean_reply
 from autograder.strip import SANDBOX_EXERCISE_FILES, answers_to_strip, build_sandbox_course_lib
 from course_lib import grading
 

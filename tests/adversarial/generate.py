@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.chapter_spec import ChapterSpec, load_chapter_spec
-from autograder.paths import Chapter
+from coursebook.chapters import Chapter
 from tests.fixtures.colab.transform import colab_transform
 
 MARKER = "autograder-adversarial-detached-child"
@@ -147,7 +147,7 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
 
     subs: list[Submission] = []
     add = lambda name, nb, exp, why, fname=None, **kw: subs.append(Submission(
-        name, fname or f"{chapter.slug}.ipynb", nb if isinstance(nb, bytes) else _dump(nb),
+        name, fname or f"{chapter.stem}.ipynb", nb if isinstance(nb, bytes) else _dump(nb),
         exp, why, **kw))
 
     add("solution", solved(), full, "the instructor's solutions earn full marks")
@@ -216,10 +216,10 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
         c.pop("id", None)
     nb.nbformat_minor = 4
     add("stripped-metadata", nb, full, "all cell metadata and ids removed: solutions found by def line")
-    add("colab", colab_transform(_dump(solved()), f"{chapter.slug}.ipynb"), full,
-        "saved from Colab", fname=f"Copy of {chapter.slug}.ipynb")
-    add("colab-blank", colab_transform(_dump(release), f"{chapter.slug}.ipynb"), zero,
-        "the blank release saved from Colab", fname=f"{chapter.slug} (1).ipynb")
+    add("colab", colab_transform(_dump(solved()), f"{chapter.stem}.ipynb"), full,
+        "saved from Colab", fname=f"Copy of {chapter.stem}.ipynb")
+    add("colab-blank", colab_transform(_dump(release), f"{chapter.stem}.ipynb"), zero,
+        "the blank release saved from Colab", fname=f"{chapter.stem} (1).ipynb")
     add("malformed-json", _dump(solved())[:-200], zero, "truncated JSON: could not grade",
         invalid=True)
     v3 = nbformat.convert(solved(), 3)
@@ -359,4 +359,5 @@ def write_suite(subs: list[Submission], root: Path) -> None:
 
 
 def load(chapter: Chapter) -> ChapterSpec:
-    return load_chapter_spec(chapter.name, chapter.exercise_chapter, chapter.source, chapter.release)
+    """The chapter's spec as the grader reads it, from its source and release."""
+    return load_chapter_spec(chapter.slug, chapter.exercises, chapter.source, chapter.release)

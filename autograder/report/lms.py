@@ -32,13 +32,12 @@ the student id, so a run without a roster still writes importable files keyed by
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
-from typing import Any
 
-from autograder import csvsafe
 from autograder.chapter_spec import ChapterSpec
-from autograder.submissions import read_roster
+from autograder.ingest.roster import read_roster
+from autograder.report import csvsafe
+from autograder.results import GradeResult
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
@@ -48,12 +47,12 @@ MOODLE_COLUMNS = ["ID number", "Email address", "Username"]
 def read_roster_rows(path: Path | None) -> dict[str, dict[str, str]]:
     """``student_id -> {column: value}`` of a roster CSV (empty without a roster).
 
-    Read by :func:`autograder.submissions.read_roster`, the reader that maps files to students,
+    Read by :func:`autograder.ingest.roster.read_roster`, the reader that maps files to students,
     so both key a row by the same student id (headers without case or surrounding spaces,
     values stripped).
 
     Raises:
-        autograder.submissions.RosterError: as ``read_roster`` does, e.g. one student id on two
+        autograder.ingest.roster.RosterError: as ``read_roster`` does, e.g. one student id on two
             rows (whose LMS ids would otherwise be a guess).
 
     Example (``roster.csv`` holding ``Student_ID,Canvas_ID`` / ``s1,4711``)::
@@ -70,35 +69,35 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
-def write_canvas(path: Path, assignment: str, spec: ChapterSpec, results: list[dict[str, Any]],
+def write_canvas(path: Path, assignment: str, spec: ChapterSpec, results: list[GradeResult],
                  roster: dict[str, dict[str, str]]) -> None:
     """Canvas's gradebook import CSV (see the module docstring)."""
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         w = csvsafe.writer(f)  # no cell runs as a spreadsheet formula
         w.writerow([*CANVAS_COLUMNS, assignment])
         w.writerow([CANVAS_POINTS_ROW, "", "", "", "", _points(spec.max_total)])
-        for r in sorted(results, key=lambda r: r["student_id"]):
-            sid = r["student_id"]
+        for r in sorted(results, key=lambda r: r.student_id):
+            sid = r.student_id
             row = roster.get(sid, {})
             w.writerow([row.get("name") or sid, row.get("canvas_id", ""),
                         row.get("sis_user_id") or sid, row.get("sis_login_id", ""),
-                        row.get("section", ""), _points(r["total"])])
+                        row.get("section", ""), _points(r.total)])
 
 
-def write_moodle(path: Path, assignment: str, spec: ChapterSpec, results: list[dict[str, Any]],
+def write_moodle(path: Path, assignment: str, spec: ChapterSpec, results: list[GradeResult],
                  roster: dict[str, dict[str, str]]) -> None:
     """Moodle's grade import CSV (see the module docstring)."""
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         w = csvsafe.writer(f)  # no cell runs as a spreadsheet formula
         w.writerow([*MOODLE_COLUMNS, assignment])
-        for r in sorted(results, key=lambda r: r["student_id"]):
-            sid = r["student_id"]
+        for r in sorted(results, key=lambda r: r.student_id):
+            sid = r.student_id
             row = roster.get(sid, {})
             w.writerow([row.get("idnumber") or sid, row.get("email", ""),
-                        row.get("username", ""), _points(r["total"])])
+                        row.get("username", ""), _points(r.total)])
 
 
-def write_lms_files(out: Path, spec: ChapterSpec, results: list[dict[str, Any]],
+def write_lms_files(out: Path, spec: ChapterSpec, results: list[GradeResult],
                     roster: dict[str, dict[str, str]]) -> list[Path]:
     """Both files under ``out``; the assignment column is named after the chapter."""
     paths = [out / "canvas_grades.csv", out / "moodle_grades.csv"]

@@ -87,6 +87,8 @@ def main():
     _exec, _compile = exec, compile
     record_dir = os.environ.get("COURSE_GRADING_RECORD_DIR", "/tmp/records")
 
+    # torch and IPython are imported only now, after the grader's channel is closed to student
+    # subprocesses, and take seconds: the driver waits for "ready" with its own timeout
     import torch
     torch.set_num_threads(1)
     from IPython.core.interactiveshell import InteractiveShell

@@ -19,7 +19,7 @@ What the sandbox isolates (also in ``autograder/README.md``):
   thread count (a fork bomb hits the cap); slots are held with ``flock`` so concurrent runs never
   share a uid, and every process of the slot's uid is killed before and after each sandbox; as a
   normal user, a user namespace does the same.
-* **Limits**: a cgroup per sandbox (:mod:`autograder.cgroups`): one memory limit for all its
+* **Limits**: a cgroup per sandbox (:mod:`autograder.run.cgroups`): one memory limit for all its
   processes together (default 3 GiB, no swap), an equal CPU weight and a one-core cap, a task
   limit; and per process ``RLIMIT_AS`` (address space, the same 3 GiB, a second line where the
   cgroup exists and the only line where it cannot be made), ``RLIMIT_NPROC`` (default 64
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from autograder import cgroups
+from autograder.run import cgroups
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
 #: The folder of ``course_dir`` (read-only in the sandbox) holding the hidden cases' inputs that
@@ -262,7 +262,7 @@ class Sandbox:
 
         Raises:
             SandboxDied: the runner did not start (or an earlier sandbox of the slot survives).
-            autograder.cgroups.CgroupError: the kernel refused the sandbox's cgroup.
+            autograder.run.cgroups.CgroupError: the kernel refused the sandbox's cgroup.
         """
         if os.geteuid() == 0 and not reap_uid(slot_uid(self.slot)):
             raise SandboxDied("processes of an earlier sandbox of this slot would not die")

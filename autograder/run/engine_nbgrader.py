@@ -21,13 +21,20 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from tqdm import tqdm
 
+import course_lib
 from autograder.chapter_spec import ChapterSpec
+from autograder.extra_exercises import EXTRA_EXERCISES_ENV
 from autograder.nbgrader_setup import nbgrader_config, setup_alembic
-from autograder.paths import EXTRA_EXERCISES_ENV, Chapter
+from autograder.results import ExerciseOutcome, GradeResult
+from coursebook.chapters import Chapter
 
 
 def _full_course_lib_with_extras() -> str | None:
@@ -35,8 +42,6 @@ def _full_course_lib_with_extras() -> str | None:
     extra = os.environ.get(EXTRA_EXERCISES_ENV)
     if not extra:
         return None
-    import course_lib
-
     dest = Path(tempfile.mkdtemp(prefix="autograder-courselib-"))
     shutil.copytree(Path(course_lib.__file__).parent, dest / "course_lib",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -45,21 +50,17 @@ def _full_course_lib_with_extras() -> str | None:
     return str(dest)
 
 
-def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[dict[str, Any], Any]],
-                        out: Path, progress: bool = True) -> list[dict[str, Any]]:
+def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[GradeResult, NotebookNode]],
+                        out: Path, progress: bool = True) -> list[GradeResult]:
     """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config import Config
-
     setup_alembic()
     if not todo:
         return []
     root = out / "work" / "nbgrader-course"
     if root.exists():
         shutil.rmtree(root)
-    (root / "source" / chapter.name).mkdir(parents=True)
-    shutil.copyfile(chapter.source, root / "source" / chapter.name / f"{chapter.slug}.ipynb")
+    (root / "source" / chapter.slug).mkdir(parents=True)
+    shutil.copyfile(chapter.source, root / "source" / chapter.slug / f"{chapter.stem}.ipynb")
     config = nbgrader_config(root, timeout=600)
     config.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades", "nbgrader.preprocessors.ClearHiddenTests",
@@ -71,21 +72,18 @@ def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[di
         os.environ["PYTHONPATH"] = extra_path + (os.pathsep + old_pp if old_pp else "")
     try:
         api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-        gen = api.generate_assignment(chapter.name, force=True, create=True)
+        gen = api.generate_assignment(chapter.slug, force=True, create=True)
         if not gen.get("success"):
             raise RuntimeError(f"nbgrader generate_assignment failed: {gen.get('error')}")
-        from tqdm import tqdm
-
         done = []
-        for result, nb in tqdm(todo, desc=f"nbgrader autograde {chapter.name}", unit="nb",
+        for result, nb in tqdm(todo, desc=f"nbgrader autograde {chapter.slug}", unit="nb",
                                file=sys.stderr, disable=not progress):
             start = time.time()
             try:
                 _grade_one(api, config, chapter, spec, root, result, nb)
             except Exception as err:  # noqa: BLE001 - one submission never stops the batch
-                result.update(status="could not grade",
-                              reason=f"grader error: {type(err).__name__}: {str(err)[:300]}")
-            result["seconds"] = round(time.time() - start, 2)
+                result.fail(f"grader error: {type(err).__name__}: {str(err)[:300]}")
+            result.seconds = round(time.time() - start, 2)
             done.append(result)
         return done
     finally:
@@ -98,35 +96,31 @@ def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[di
 
 
 def _grade_one(api, config, chapter: Chapter, spec: ChapterSpec, root: Path,
-               result: dict[str, Any], nb) -> None:
+               result: GradeResult, nb: NotebookNode) -> None:
     """Autograde one submission and generate its feedback (fills ``result`` in place)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    sid = result["student_id"]
-    sub = root / "submitted" / sid / chapter.name
+    sid = result.student_id
+    sub = root / "submitted" / sid / chapter.slug
     sub.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, sub / f"{chapter.slug}.ipynb")
-    res = api.autograde(chapter.name, sid, force=True, create=True)
+    nbformat.write(nb, sub / f"{chapter.stem}.ipynb")
+    res = api.autograde(chapter.slug, sid, force=True, create=True)
     if not res.get("success"):
         err = (res.get("error") or "").strip().splitlines()
         log = (res.get("log") or "").strip().splitlines()
         why = next((line for line in reversed(log) if "ERROR" in line), None) \
             or (err[-1] if err else "unknown error")
-        result.update(status="could not grade", reason=f"nbgrader autograde failed: {why}")
+        result.fail(f"nbgrader autograde failed: {why}")
     else:
         with warnings.catch_warnings(), Gradebook(config.CourseDirectory.db_url) as gb:
             warnings.simplefilter("ignore")
             for ex in spec.exercises:
                 try:
-                    grade = gb.find_grade(ex.test_grade_id, chapter.slug, chapter.name, sid)
+                    grade = gb.find_grade(ex.test_grade_id, chapter.stem, chapter.slug, sid)
                     pts = float(grade.score)
                 except MissingEntry:
                     pts = 0.0
-                result["exercises"][ex.exercise_id] = {
-                    "points": pts, "max_points": ex.points,
-                    "status": "passed" if pts >= ex.points else "failed",
-                    "messages": [], "notes": [], "logs": []}
-        fb = api.generate_feedback(chapter.name, sid, force=True)
-        html = root / "feedback" / sid / chapter.name / f"{chapter.slug}.html"
+                result.exercises[ex.exercise_id] = ExerciseOutcome(
+                    ex.exercise_id, pts, ex.points, "passed" if pts >= ex.points else "failed")
+        fb = api.generate_feedback(chapter.slug, sid, force=True)
+        html = root / "feedback" / sid / chapter.slug / f"{chapter.stem}.html"
         if fb.get("success") and html.exists():
-            result["nbgrader_feedback"] = str(html)
+            result.nbgrader_feedback = str(html)

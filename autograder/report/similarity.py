@@ -46,9 +46,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
+from copydetect.detector import CodeFingerprint, compare_files
+from copydetect.utils import highlight_overlap
 
-from autograder import csvsafe
 from autograder.chapter_spec import ChapterSpec, normalise_source
+from autograder.rebuild import plan_submission
+from autograder.report import csvsafe
+from course_lib import grading
 
 #: Shortest run of normalised characters that counts as shared (copydetect's noise threshold).
 NOISE = 25
@@ -161,8 +165,6 @@ def canonical(code: str) -> str:
 
 def _fingerprint(code: str, boilerplate: Iterable[int] = ()) -> Any:
     """copydetect's fingerprint of :func:`canonical` ``(code)``, less the ``boilerplate`` hashes."""
-    from copydetect.detector import CodeFingerprint
-
     return CodeFingerprint("cell.py", NOISE, 1, boilerplate=list(boilerplate),
                            fp=io.StringIO(canonical(code)), language="python")
 
@@ -181,8 +183,6 @@ def student_code(spec: ChapterSpec, nb: Any) -> dict[str, str]:
 
     Exercises left as released (the stub alone) or without a solution cell are left out.
     """
-    from autograder.rebuild import plan_submission
-
     plan = plan_submission(spec, nb)
     stubs = {ex.exercise_id: ex.release_stub for ex in spec.exercises}
     out = {}
@@ -196,8 +196,6 @@ def student_code(spec: ChapterSpec, nb: Any) -> dict[str, str]:
 
 def reference_code(spec: ChapterSpec) -> dict[str, tuple[str, str]]:
     """``exercise id -> (label, source)`` of course_lib's reference of each exercise."""
-    from course_lib import grading
-
     out = {}
     exercises = grading.chapter_exercises(spec.exercise_chapter)
     for ex in spec.exercises:
@@ -222,8 +220,6 @@ def compare_exercise(exercise_id: str, students: dict[str, str], reference: tupl
                      stub: str = "", threshold: float = THRESHOLD,
                      min_shared: int = MIN_SHARED) -> tuple[list[Flag], int]:
     """Flag the copies among one exercise's documents; return ``(flags, documents compared)``."""
-    from copydetect.detector import compare_files
-
     boilerplate = _fingerprint(stub).hashes if stub.strip() else set()
     groups: dict[str, Document] = {}
     for sid in sorted(students):
@@ -308,8 +304,6 @@ overflow-x:auto;font-size:.85rem}mark{background:#ffd7a8}h3{margin-bottom:.2rem}
 
 def _highlight(doc: Document, slices: Any) -> str:
     """The code as compared (:func:`canonical`), shared runs in ``<mark>``, HTML-escaped."""
-    from copydetect.utils import highlight_overlap
-
     code = doc.fingerprint.raw_code
     if slices is None or len(slices) == 0 or np.asarray(slices).size == 0:
         return html.escape(code)
