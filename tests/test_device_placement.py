@@ -1,32 +1,35 @@
 """Device placement checked without a GPU: nothing in course_lib lands on the default device.
 
-"GPU-ready" means a model and its inputs moved to one device compute there: every tensor that
+"GPU-ready" means that a model and its inputs moved to one device compute there: every tensor
 course_lib creates takes its device (and dtype) from its inputs, and constant tables are buffers
-that ``.to(device)`` moves. A GPU is not needed to check that. Each call of :data:`TABLE` is built
+that ``.to(device)`` moves. No GPU is needed to check that. Each call of :data:`TABLE` is built
 on the CPU and then run inside ``with torch.device("meta"):`` (the scoped form of
 ``torch.set_default_device("meta")``), so a tensor created without ``device=`` lands on ``meta``.
 
-What torch does when such a ``meta`` tensor meets the CPU inputs (checked by
+What torch does when such a ``meta`` tensor meets the CPU inputs (pinned by
 :func:`test_torch_mixes_meta_and_cpu_as_this_file_assumes`):
 
-* elementwise ops, ``cat``, ``stack``, ``torch.where``, ``masked_fill``, a loss, ``.item()``
-  raise (a 0-d ``meta`` tensor too: only 0-d *CPU* tensors mix with other devices);
-* but a ``meta`` index into a CPU tensor (``x[idx]``, ``gather``, ``index_select``, an embedding),
-  a CPU tensor times a ``meta`` matrix, and a ``meta`` value written into a CPU tensor run
-  silently, and return a CPU tensor holding garbage (or leave the tensor unchanged);
-* ``einsum`` with one ``meta`` operand, and a comparison with a ``meta`` tensor, return ``meta``.
+* elementwise ops, ``cat``, ``torch.where``, ``masked_fill``, ``.item()`` raise (a 0-d ``meta``
+  tensor too: only 0-d *CPU* tensors mix with other devices);
+* but a ``meta`` index into a CPU tensor (``x[idx]``, ``gather``, ``index_select``) and a CPU
+  tensor times a ``meta`` matrix run silently and return a CPU tensor of garbage;
+* ``einsum`` with one ``meta`` operand returns ``meta``; ``*_like`` and ``new_*`` follow their input.
 
-So every call runs twice from the same seeds, once as usual and once under ``meta``, and the
-second must return the same values, on the CPU, and leave its arguments (a model's parameters
-after a training step, a cache) as the first did. A call that takes no tensor and no ``device=``
-(a data generator, a model builder) must put what it creates on the default device: its entry
-says ``creates=True``, and its tensors must all come back on ``meta``.
+So three checks, each of which fails a misplaced tensor: under ``meta``, every torch op that is
+handed a ``meta`` tensor is refused (:class:`_NoMetaArguments`: the silent cases fail
+deterministically, not through the garbage they read); every tensor returned, or left in an
+argument (a model's parameters after a training step, a cache), must be on the CPU; and its values
+must equal those of the same call run plainly from the same seeds (wall-clock times excepted).
+
+A call that takes no tensor and no ``device=`` (a builder, or data made from Python lists) must
+follow the default device instead: its entry says ``creates=True``, and what it returns must be on
+``meta``. Builders of seeded or loaded models that take ``device=`` build on the CPU and move.
 
 :data:`TABLE` holds every entry of ``tests/test_bad_input.py``'s ``CASES`` (every taught function
-and ``nn.Module`` that takes a tensor, with valid arguments) and the entries below for the rest:
-functions that return tensors or train a model without taking a tensor, and the methods of
-course_lib's models and tensor records. :func:`test_every_public_callable_is_placed` fails when a
-public callable of course_lib has neither an entry nor a reason in :data:`EXCLUDED`.
+and ``nn.Module`` that takes a tensor, with valid arguments) and :data:`MORE`: training loops run
+for one step, data makers, builders, loaders, the methods of models and tensor records, autograd
+Functions (with a backward pass). :func:`test_every_public_callable_is_placed` fails when a public
+callable of course_lib has neither an entry nor a reason in :data:`EXCLUDED`.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ import math
 import pkgutil
 import random
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -52,11 +56,39 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 import course_lib
-from course_lib import (arithmetic, attention, checks, complexity, copying, corpus, counting, data,
-                        decoding, efficient_models, entmax, finetune, flops, gpt, head_importance,
-                        linformer, llama, longrange, lora, moe, peers, positional, reasoning, rl,
-                        rope, seq2seq, sparse_attention, sweep, tiled_attention, training,
-                        transformer)
+from course_lib import (
+    arithmetic,
+    attention,
+    checks,
+    complexity,
+    copying,
+    corpus,
+    counting,
+    data,
+    decoding,
+    efficient_models,
+    entmax,
+    finetune,
+    flops,
+    gpt,
+    head_importance,
+    linformer,
+    llama,
+    longrange,
+    lora,
+    moe,
+    peers,
+    positional,
+    reasoning,
+    rl,
+    rope,
+    seq2seq,
+    sparse_attention,
+    sweep,
+    tiled_attention,
+    training,
+    transformer,
+)
 from tests import test_bad_input as bad_input
 
 Call = tuple[Callable[..., Any], dict[str, Any]]
@@ -242,10 +274,26 @@ def _seq2seq(attention: bool) -> seq2seq.Seq2SeqModel:
 
 def _seq2seq_call(attention: bool, fn: Callable[..., Any], **kwargs: Any) -> Callable[[], Call]:
     def build() -> Call:
-        src_vocab, tgt_vocab, pairs = _date_data()
+        src_vocab, tgt_vocab, _ = _date_data()
         return fn, {"model": _seq2seq(attention), "src_vocab": src_vocab, "tgt_vocab": tgt_vocab,
                     **kwargs}
     return build
+
+
+def _seq2seq_method(attention: bool, method: str) -> Callable[[], Call]:
+    """``encode``, ``decode`` or ``make_step`` of a seq2seq model, on a batch of the task."""
+    def build() -> Call:
+        batch, model = _batch(), _seq2seq(attention)
+        if method == "decode":
+            encoded = model.encode(batch.src, batch.src_mask)
+            return model.decode, {"encoded" if attention else "c": encoded, "tgt_in": batch.tgt_in}
+        return getattr(model, method), {"src": batch.src, "src_mask": batch.src_mask}
+    return build
+
+
+def _dataset_collate() -> Call:
+    src_vocab, tgt_vocab, pairs = _date_data()
+    return data.Seq2SeqDataset(pairs, src_vocab, tgt_vocab).collate, {"pairs": pairs}
 
 
 def _batch() -> data.Batch:
@@ -280,14 +328,65 @@ def _problems() -> list[tuple[int, list[int]]]:
     return reasoning.held_out_problems(1, 2, seed=0)
 
 
+def _pruning_curve() -> Call:
+    """test_bad_input's entry draws its input inside ``evaluate``: drawn here, on the CPU."""
+    x = b._randn(1, 3, 8)
+    return head_importance.pruning_curve, {
+        "model": b._mha(), "importance": torch.tensor([[1.0, 2.0]]),
+        "evaluate": lambda m: float(m(x, x, x)[0].detach().norm())}
+
+
+def _masks_of(pattern: Callable[[], sparse_attention.MaskFn]) -> Callable[[], Call]:
+    """A pattern made inside the run (its constants too) and drawn as a dense and a block mask."""
+    def build() -> Call:
+        return (lambda: (sparse_attention.dense_mask(pattern(), 8, device="cpu"),
+                         sparse_attention.block_layout(pattern(), 8, 2, device="cpu"))), {}
+    return build
+
+
+def _copy_batches() -> Call:
+    generator = _gen()
+    return (lambda: next(copying.copy_batches(copying.CopyTask(4), 3, 2, generator))), {}
+
+
+def _transformer_decode() -> Call:
+    model = _transformer()
+    memory, _ = model.encode(b._ids(2, 4, vocab=V))
+    return model.decode, {"tgt": b._ids(2, 3, vocab=V, seed=1), "memory": memory}
+
+
+def _llama_with_a_new_cache() -> Call:
+    model, ids = _llama(), b._ids(1, 3, vocab=V)
+    return (lambda: model(ids, cache=model.new_cache())), {}
+
+
+def _a_matmul() -> Callable[[], torch.Tensor]:
+    x = b._randn(4, 4)
+    return lambda: x @ x
+
+
+def _optimizer_state_bytes() -> Call:
+    """One AdamW step on the CPU model (so that the optimizer holds state), then its size."""
+    model, ids = b._gpt(), torch.tensor([[1, 2]])
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step_and_count() -> int:
+        model(ids).sum().backward()
+        optimizer.step()
+        return lora.optimizer_state_bytes(optimizer)
+    return step_and_count, {}
+
+
+def _char_data_uncached() -> Call:
+    sweep.char_data.cache_clear()  # cached: the run must make its tensors, not reuse the plain run's
+    return sweep.char_data, {}
+
+
 #: Callables without a tensor argument that create tensors, train or evaluate a model, and the
 #: methods of models and tensor records; and the entries of test_bad_input whose valid call
 #: creates its inputs inside the call (built on the CPU here instead).
 MORE: dict[str, Placed] = {
-    "head_importance.pruning_curve": Placed(lambda: (lambda x: (
-        head_importance.pruning_curve,
-        {"model": b._mha(), "importance": torch.tensor([[1.0, 2.0]]),
-         "evaluate": lambda m: float(m(x, x, x)[0].detach().norm())}))(b._randn(1, 3, 8))),
+    "head_importance.pruning_curve": Placed(_pruning_curve),
     # masks and tables built for a device
     "attention.causal_mask": Placed(_call(attention.causal_mask, length=3, device="cpu")),
     "positional.frequencies": Placed(_call(positional.frequencies, d_model=6, device="cpu")),
@@ -300,10 +399,7 @@ MORE: dict[str, Placed] = {
                                        creates=True),
     "linformer.random_projection": Placed(lambda: (linformer.random_projection, {
         "k": 2, "n": 5, "generator": _gen(), "device": "cpu"})),
-    **{f"sparse_attention.{name}": Placed(lambda pattern=pattern: (
-        lambda: (sparse_attention.dense_mask(pattern(), 8, device="cpu"),
-                 sparse_attention.block_layout(pattern(), 8, 2, device="cpu")), {}))
-       for name, pattern in {
+    **{f"sparse_attention.{name}": Placed(_masks_of(pattern)) for name, pattern in {
            "sliding_window": lambda: sparse_attention.sliding_window(2),
            "dilated_window": lambda: sparse_attention.dilated_window(2, 2),
            "global_tokens": lambda: sparse_attention.global_tokens([0, 3]),
@@ -316,8 +412,7 @@ MORE: dict[str, Placed] = {
     "copying.make_copy_batch": Placed(lambda: (copying.make_copy_batch, {
         "task": copying.CopyTask(4), "length": 3, "batch_size": 2, "generator": _gen(),
         "min_length": 1})),
-    "copying.copy_batches": Placed(lambda: (lambda g: (lambda: next(copying.copy_batches(
-        copying.CopyTask(4), 3, 2, g)), {}))(_gen())),
+    "copying.copy_batches": Placed(_copy_batches),
     "copying.CopyBatch.to": Placed(lambda: (_copy_batch().to, {"device": "cpu"})),
     "longrange.make_recall_batch": Placed(lambda: (longrange.make_recall_batch, {
         "config": b._recall(), "batch_size": 2, "generator": _gen()})),
@@ -326,8 +421,7 @@ MORE: dict[str, Placed] = {
     "data.pad_sequences": Placed(_call(data.pad_sequences, seqs=[[1, 2], [3]]), creates=True),
     "data.collate": Placed(lambda: (data.collate, dict(zip(
         ("src_vocab", "tgt_vocab", "pairs"), _date_data()))), creates=True),
-    "data.Seq2SeqDataset.collate": Placed(lambda: (lambda d: (d.collate, {"pairs": d.pairs}))(
-        data.Seq2SeqDataset(_date_data()[2], *_date_data()[:2])), creates=True),
+    "data.Seq2SeqDataset.collate": Placed(_dataset_collate, creates=True),
     "data.batch_iterator": Placed(lambda: (lambda: next(data.batch_iterator(
         _date_data()[2], *_date_data()[:2], batch_size=2)), {}), creates=True),
     "data.Batch.to": Placed(lambda: (_batch().to, {"device": "cpu"})),
@@ -378,39 +472,27 @@ MORE: dict[str, Placed] = {
         ("translate", seq2seq.translate, {"sources": ["a b c"], "max_len": 5}),
         ("exact_match", seq2seq.exact_match, {"pairs": _date_data()[2], "max_len": 5}),
         ("accuracy_by_length", seq2seq.accuracy_by_length, {"pairs": _date_data()[2]}))},
-    **{f"seq2seq.{cls}.{method}": Placed(lambda attention=attention, method=method: (
-        lambda batch, model: (getattr(model, method), {"src": batch.src,
-                                                        "src_mask": batch.src_mask}))(
-        _batch(), _seq2seq(attention)))
+    **{f"seq2seq.{cls}.{method}": Placed(_seq2seq_method(attention, method))
        for cls, attention in (("Seq2Seq", False), ("AttentionSeq2Seq", True))
-       for method in ("encode", "make_step")},
-    **{f"seq2seq.{cls}.decode": Placed(lambda attention=attention: (
-        lambda batch, model: (model.decode, {
-            "c" if not attention else "encoded": model.encode(batch.src, batch.src_mask),
-            "tgt_in": batch.tgt_in}))(_batch(), _seq2seq(attention)))
-       for cls, attention in (("Seq2Seq", False), ("AttentionSeq2Seq", True))},
+       for method in ("encode", "decode", "make_step")},
     "transformer.Transformer.encode": Placed(lambda: (_transformer().encode, {
         "src": b._ids(2, 4, vocab=V)})),
-    "transformer.Transformer.decode": Placed(lambda: (lambda model, src: (model.decode, {
-        "tgt": b._ids(2, 3, vocab=V, seed=1), "memory": model.encode(src)[0]}))(
-        _transformer(), b._ids(2, 4, vocab=V))),
+    "transformer.Transformer.decode": Placed(_transformer_decode),
     "transformer.Transformer.attention_maps": Placed(lambda: (_transformer().attention_maps, {
         "src": b._ids(2, 4, vocab=V), "tgt": b._ids(2, 3, vocab=V, seed=1)})),
     "transformer.Transformer.make_step": Placed(lambda: (
-        lambda step: (step, {"tokens": b._ids(2, 2, vocab=V)}))(
-        _transformer().make_step(b._ids(2, 4, vocab=V)))),
+        _transformer().make_step(b._ids(2, 4, vocab=V)), {"tokens": b._ids(2, 2, vocab=V)})),
     "transformer.FeedForward.memory_coefficients": Placed(lambda: (
         transformer.FeedForward(8, 16).memory_coefficients, {"x": b._randn(2, 8)})),
     "gpt.to_gpt2_state_dict": Placed(lambda: (gpt.to_gpt2_state_dict, {"model": b._gpt()})),
     "gpt.KVCache.update": Placed(lambda: (gpt.KVCache(1).update, {
         "layer": 0, "k": b._randn(1, 2, 3, 4), "v": b._randn(1, 2, 3, 4, seed=1)})),
-    "gpt.KVCache.select": Placed(lambda: (lambda cache: (cache.select, {
-        "rows": torch.tensor([0, 0])}))(_filled_gpt_cache())),
+    "gpt.KVCache.select": Placed(lambda: (_filled_gpt_cache().select,
+                                          {"rows": torch.tensor([0, 0])})),
     "llama.KVCache.update": Placed(lambda: (llama.KVCache(1, window=2).update, {
         "layer": 0, "k": b._randn(1, 2, 3, 4), "v": b._randn(1, 2, 3, 4, seed=1)})),
     "llama.KVCache.nbytes": Placed(lambda: (_filled_llama_cache().nbytes, {})),
-    "llama.LlamaForCausalLM.new_cache": Placed(lambda: (lambda model, ids: (
-        lambda: model(ids, cache=model.new_cache()), {}))(_llama(), b._ids(1, 3, vocab=V))),
+    "llama.LlamaForCausalLM.new_cache": Placed(_llama_with_a_new_cache),
     "llama.LlamaForCausalLM.router_logits": Placed(lambda: (_moe_llama().router_logits, {})),
     "llama.step_fn": Placed(lambda: (llama.step_fn(_llama()), {"tokens": b._ids(1, 3, vocab=V)})),
     "lora.LoRALinear.merged": Placed(lambda: (b._lora_layer().merged, {})),
@@ -432,7 +514,7 @@ MORE: dict[str, Placed] = {
     "finetune.answer_accuracy": Placed(lambda: (finetune.answer_accuracy, {
         "model": b._gpt(vocab_size=len(finetune.char_vocabulary()), block_size=64),
         "pairs": finetune.word_problems(2, seed=0), "vocabulary": finetune.char_vocabulary()})),
-    "peers.randomize_": Placed(_call(peers.randomize_, module=nn.Linear(3, 2), seed=0)),
+    "peers.randomize_": Placed(lambda: (peers.randomize_, {"module": nn.Linear(3, 2), "seed": 0})),
     **{f"peers.copy_from_torch_{kind}": Placed(lambda kind=kind: _peer_copy(kind))
        for kind in ("encoder_layer", "decoder_layer", "transformer")},
     **{f"peers.{kind}_weights": Placed(lambda kind=kind: (getattr(peers, f"{kind}_weights"), {
@@ -460,10 +542,10 @@ MORE: dict[str, Placed] = {
     "complexity.measure": Placed(lambda: (complexity.measure, {
         "kind": "attention", "ns": [4], "d": 8, "repeats": 1, "device": "cpu"}),
         timings=("output.seconds", "output.peak_bytes")),
-    "complexity.time_call": Placed(lambda: (lambda x: (complexity.time_call, {
-        "fn": lambda: x @ x, "repeats": 1}))(b._randn(4, 4)), timings=("output",)),
-    "complexity.peak_memory": Placed(lambda: (lambda x: (complexity.peak_memory, {
-        "fn": lambda: x @ x, "device": "cpu"}))(b._randn(4, 4)), timings=("output",)),
+    "complexity.time_call": Placed(lambda: (complexity.time_call, {
+        "fn": _a_matmul(), "repeats": 1}), timings=("output",)),
+    "complexity.peak_memory": Placed(lambda: (complexity.peak_memory, {
+        "fn": _a_matmul(), "device": "cpu"}), timings=("output",)),
     "flops.measure_training_throughput": Placed(lambda: (flops.measure_training_throughput, {
         "config": b._gpt_config(), "batch": 1, "steps": 1, "device": "cpu"}),
         timings=("output.tokens_per_second", "output.seconds_per_step")),
@@ -483,7 +565,7 @@ MORE: dict[str, Placed] = {
     "finetune.load_base_model": Placed(_call(finetune.load_base_model, device="cpu")),
     "reasoning.load_policy": Placed(_call(reasoning.load_policy, device="cpu")),
     "finetune.validation_windows": Placed(_call(finetune.validation_windows)),
-    "sweep.char_data": Placed(lambda: (sweep.char_data.cache_clear(), (sweep.char_data, {}))[1]),
+    "sweep.char_data": Placed(_char_data_uncached),
     "data.Vocab.decode": Placed(lambda: (_date_data()[1].decode, {"ids": torch.tensor([4, 5])})),
     # counts read off a model's parameters
     **{name: Placed(lambda fn=fn: (fn, {"model" if "module" not in inspect.signature(fn).parameters
@@ -493,10 +575,7 @@ MORE: dict[str, Placed] = {
                         "llama.num_params": llama.num_params,
                         "lora.trainable_parameters": lora.trainable_parameters,
                         "lora.adam_state_bytes": lora.adam_state_bytes}.items()},
-    "lora.optimizer_state_bytes": Placed(lambda: (lambda m, ids: (
-        lambda: (lambda opt: (m(ids).sum().backward(), opt.step(),
-                              lora.optimizer_state_bytes(opt))[-1])(
-            torch.optim.AdamW(m.parameters())), {}))(b._gpt(), torch.tensor([[1, 2]]))),
+    "lora.optimizer_state_bytes": Placed(_optimizer_state_bytes),
     "moe.active_params": Placed(lambda: (moe.active_params, {"moe": b._moe_block()})),
     "head_importance.attention_layers": Placed(lambda: (head_importance.attention_layers, {
         "model": b._gpt()})),
@@ -506,7 +585,8 @@ MORE: dict[str, Placed] = {
     "entmax.EntmaxBisectFunction": Placed(lambda: _backward(
         lambda x: entmax.entmax_bisect(x, alpha=1.7), b._randn(2, 5))),
     "tiled_attention.TiledAttentionFunction": Placed(lambda: _backward(
-        lambda q: tiled_attention.tiled_attention(q, q, q, block_q=2, block_k=2), b._randn(1, 5, 4))),
+        lambda q: tiled_attention.tiled_attention(q, q, q, block_q=2, block_k=2),
+        b._randn(1, 5, 4))),
     # checks: they look at a tensor, never create one
     **{f"checks.{name}": Placed(_call(getattr(checks, name), name="x", x=x)) for name, x in (
         ("check_tensor", torch.ones(2)), ("check_float_tensor", torch.ones(2)),
