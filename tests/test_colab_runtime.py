@@ -6,7 +6,8 @@ builds that runtime once per machine as a virtualenv of the machine's Python 3.1
 ``COLAB_PYTHON``) under ``_build/colab-runtime/<key>/``, ``<key>`` hashing the interpreter's version
 and the pins (a stamp file marks it complete, so later runs reuse it). Its wheels, about 3 GB with
 torch's CUDA libraries, are downloaded from the package index into ``_build/colab-wheels/`` when
-missing and installed from there (``--no-index --find-links``).
+missing and installed from there (``--no-index --find-links``). ``COURSE_COLAB_CACHE`` names
+another folder for both (one outside the clone survives a fresh clone).
 
 Nothing else is preinstalled: ``course_lib``'s other dependencies (tqdm, regex) come in only
 through its own declaration in pyproject.toml, so a dependency it forgets to declare fails here.
@@ -44,8 +45,11 @@ SLUGS = chapter_slugs()
 COLAB_PYTHON = "3.13"
 COLAB_PINS = ("torch==2.11.0", "numpy==2.1.3", "matplotlib==3.10.0", "scipy==1.16.3",
               "ipython==7.34.0", "ipykernel==6.17.1")
-WHEELS = ROOT / "_build" / "colab-wheels"
-RUNTIMES = ROOT / "_build" / "colab-runtime"
+#: Where the wheels and the built runtime are kept: the build folder, or ``COURSE_COLAB_CACHE``
+#: (a folder outside the clone keeps them across fresh clones on one machine, as CI makes).
+CACHE = Path(os.environ.get("COURSE_COLAB_CACHE") or ROOT / "_build")
+WHEELS = CACHE / "colab-wheels"
+RUNTIMES = CACHE / "colab-runtime"
 KERNEL = "colab-runtime"
 
 pytestmark = [pytest.mark.slow]
