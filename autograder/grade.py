@@ -48,9 +48,6 @@ from autograder.run.engine_nbgrader import grade_with_nbgrader
 from autograder.run.sandbox import Limits
 from coursebook.chapters import Chapter, UnknownChapter, find_chapter
 
-GRADED = ("graded", "graded (cached)")
-
-
 def _points(spec: ChapterSpec) -> dict[str, float]:
     """``exercise id -> points it is worth``, in the chapter's order."""
     return {ex.exercise_id: ex.points for ex in spec.exercises}
@@ -137,7 +134,7 @@ def _print_summary(chapter: Chapter, batch: Batch, graded_now: int, engine: str,
     """The closing lines on stdout (failures to write on stderr), every one through
     :func:`~autograder.printable.printable`: file names and reasons carry students' text."""
     n = len(batch.results)
-    problems = [row for row in batch.rows if row.status not in GRADED]
+    problems = [row for row in batch.rows if not row.graded]
     print("\n" + printable(f"{chapter.slug}: {n} students in grades.csv ({graded_now} "
                            f"graded now, {n - graded_now} from the cache or invalid), "
                            f"engine {engine}, wall time {wall:.1f} s"))
