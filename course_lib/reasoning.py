@@ -205,7 +205,7 @@ def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[i
         >>> pass_at_k_curve([0, 2, 4], 4, [1, 4])
         {1: 0.5, 4: 0.6666666666666666}
     """
-    c = torch.tensor(list(correct))
+    c = torch.tensor(list(correct), device="cpu")  # Python counts in, Python means out
     return {k: float(pass_at_k(n, c, k).mean()) for k in ks}
 
 

@@ -565,6 +565,9 @@ MORE: dict[str, Placed] = {
     "finetune.load_base_model": Placed(_call(finetune.load_base_model, device="cpu")),
     "reasoning.load_policy": Placed(_call(reasoning.load_policy, device="cpu")),
     "finetune.validation_windows": Placed(_call(finetune.validation_windows)),
+    "finetune.read_base_file": Placed(_call(finetune.read_base_file)),
+    "reasoning.pass_at_k_curve": Placed(_call(reasoning.pass_at_k_curve, correct=[0, 2, 4], n=4,
+                                              ks=[1, 4])),
     "sweep.char_data": Placed(_char_data_uncached),
     "data.Vocab.decode": Placed(lambda: (_date_data()[1].decode, {"ids": torch.tensor([4, 5])})),
     # counts read off a model's parameters
@@ -738,7 +741,7 @@ EXCLUDED: dict[str, str] = {
         llama.swiglu_width lora.gpt_lora_parameters moe.capacity reasoning.clipped_chain
         reasoning.make_problem reasoning.format_problem reasoning.format_target
         reasoning.answer_of reasoning.final_answer reasoning.correctness_reward
-        reasoning.format_reward reasoning.majority_vote reasoning.pass_at_k_curve
+        reasoning.format_reward reasoning.majority_vote
         reasoning.mean_and_se reasoning.encode reasoning.decode reasoning.held_out_problems
         rl.correct_counts rl.pass_at_1_and_se rl.summary scaling.kaplan_loss_n
         scaling.kaplan_loss_d scaling.kaplan_loss_nd scaling.kaplan_loss_c
@@ -750,7 +753,7 @@ EXCLUDED: dict[str, str] = {
     "scaling.ChinchillaFit.loss": "numpy arrays in and out: the fitted law evaluated in numpy",
     **dict.fromkeys(_names("""
         arithmetic.results_path arithmetic.load_results corpus.shakespeare_path
-        corpus.load_shakespeare finetune.read_base_file finetune.save_base_model
+        corpus.load_shakespeare
         finetune.load_forgetting finetune.save_json_xz finetune.load_json_xz finetune.load_runs
         llama.load_runs reasoning.load_results sweep.write_csv sweep.read_csv
         """), _FILE),
@@ -763,6 +766,7 @@ EXCLUDED: dict[str, str] = {
         plotting.series_style plotting.course_rc plotting.smallest_text_pt
         plotting.use_course_style plotting.plot_loss_curves plotting.plot_accuracy_vs_length
         """), "matplotlib styles, and plots of Python lists: no tensor"),
+    "finetune.save_base_model": "writes a model's weights to a file, each where it is",
     "utils.get_device": "picks a device; creates no tensor",
     "utils.seed_everything": "seeds the RNGs and returns a CPU torch.Generator",
     "sweep.init_distributed": "starts torch.distributed (torchrun only): tests/test_sweep.py",
