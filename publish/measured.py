@@ -171,7 +171,8 @@ def _code(nb: NotebookNode) -> list[str]:
 
 def record(chapter: Chapter, build: Path = BUILD) -> Path:
     """Write ``_data/measured/<stem>.json`` from the executed book: the value of every name that
-    the chapter's prose cites (the hand-kept ``varies`` entries of names still cited stay).
+    the chapter's prose cites (the hand-kept ``varies`` entries of names still cited stay); a
+    file whose bytes would not change is left untouched.
 
     Raises:
         MeasuredError: the book is not executed or is stale (:func:`executed`), a cited name was
@@ -194,6 +195,7 @@ def record(chapter: Chapter, build: Path = BUILD) -> Path:
     new = Measured({n: glued[n] for n in names},
                    {n: why for n, why in old.varies.items() if n in names})
     path = chapter.measured
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new.text(), encoding="utf-8")
+    if not path.exists() or path.read_text(encoding="utf-8") != new.text():  # same bytes: untouched
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new.text(), encoding="utf-8")
     return path

@@ -99,6 +99,8 @@ def test_measure_records_the_cited_values_of_the_executed_book(chapter: Chapter,
     assert committed.varies == {"fx_loss": "a wall-clock time"}  # kept while cited
     assert path.read_text() == committed.text()
     assert measured.missing(chapter) == []
+    before = path.stat().st_mtime_ns
+    assert measured.record(chapter, build) == path and path.stat().st_mtime_ns == before
 
 
 def test_measure_refuses_a_stale_or_incomplete_book(chapter: Chapter, tmp_path: Path) -> None:
