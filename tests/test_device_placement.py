@@ -139,8 +139,9 @@ def _leaves(value: Any, path: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
         yield path, value
         return
     seen.add(id(value))
-    if isinstance(value, nn.Module):
-        yield from _leaves(value.state_dict(keep_vars=True), path, seen)
+    if isinstance(value, nn.Module):  # its parameters and every buffer (persistent or not)
+        state = {**dict(value.named_parameters()), **dict(value.named_buffers())}
+        yield from _leaves(state, path, seen)
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from _leaves(item, f"{path}[{key!r}]", seen)
