@@ -6,18 +6,25 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # MathJax served by the site itself (from the npm registry, pinned): pages render math offline.
+# Pages load startup.js and only the components they use (TeX input, CommonHTML output, assistive
+# MathML; _config.yml), not the combined tex-mml-chtml.js with its menu (kept for the browser
+# check's own test pages).
 MATHJAX_VERSION := 3.2.2
-MATHJAX := _build/vendor/static/mathjax/tex-mml-chtml.js
+MATHJAX := _build/vendor/static/mathjax/startup.js
 # MathJax 2.7.7, the version nbconvert's HTML template configures: the Colab copies of the chapters
 # are rendered as plain Jupyter renders them (tests/test_colab.py), offline.
 MATHJAX2_VERSION := 2.7.7
 MATHJAX2 := _build/vendor/mathjax2/MathJax.js
+# axe-core (from the npm registry, pinned) checks every page of the website against WCAG 2.0/2.1
+# A and AA in the browser test (scripts/site_audit.py injects it); no browser is downloaded.
+AXE_VERSION := 4.14.1
+AXE := _build/vendor/axe/axe.min.js
 # Chromium drives the browser check of the website; bubblewrap sandboxes student code.
 SYSDEPS := chromium chromium-driver bubblewrap
 
 .PHONY: setup sysdeps book test test-fast release clean
 
-setup: $(STAMP) sysdeps $(MATHJAX) $(MATHJAX2)
+setup: $(STAMP) sysdeps $(MATHJAX) $(MATHJAX2) $(AXE)
 
 # torch==2.13.0 goes first: asked for any other way, pip fetches gigabytes of CUDA wheels.
 $(STAMP): requirements-dev.txt pyproject.toml
@@ -44,9 +51,17 @@ $(MATHJAX):
 	mkdir -p _build/vendor/npm _build/vendor/static/mathjax/input/tex
 	npm install --silent --no-audit --no-fund --prefix _build/vendor/npm mathjax@$(MATHJAX_VERSION)
 	cd _build/vendor/npm/node_modules/mathjax/es5 && \
-	  cp -r tex-mml-chtml.js output ui a11y $(CURDIR)/_build/vendor/static/mathjax/ && \
+	  cp -r tex-mml-chtml.js startup.js core.js output ui a11y $(CURDIR)/_build/vendor/static/mathjax/ && \
+	  cp input/tex.js $(CURDIR)/_build/vendor/static/mathjax/input/ && \
 	  cp -r input/tex/extensions $(CURDIR)/_build/vendor/static/mathjax/input/tex/
 	rm -rf _build/vendor/npm
+
+$(AXE):
+	rm -rf _build/vendor/npm-axe _build/vendor/axe
+	mkdir -p _build/vendor/npm-axe _build/vendor/axe
+	npm install --silent --no-audit --no-fund --prefix _build/vendor/npm-axe axe-core@$(AXE_VERSION)
+	cp _build/vendor/npm-axe/node_modules/axe-core/axe.min.js _build/vendor/npm-axe/node_modules/axe-core/LICENSE $(CURDIR)/_build/vendor/axe/
+	rm -rf _build/vendor/npm-axe
 
 $(MATHJAX2):
 	rm -rf _build/vendor/npm2 _build/vendor/mathjax2

@@ -16,8 +16,14 @@ What it adds to Jupyter Book / sphinx-book-theme:
   by this build's executions (jupyter-cache, through myst-nb), beside the GPU times recorded in
   ``_data/gpu_runtimes.json`` by ``scripts/record_gpu_runtimes.py``.
 * **A link to the notation page** at the first mathematical symbol of each chapter page.
-* **Alt text for every figure** of a chapter: the cell's own (``"mystnb": {"image": {"alt":
-  ...}}`` in its metadata) or, failing that, the section the figure belongs to.
+* **Alt text for every figure** of a chapter, from the cell's metadata (``"mystnb": {"image":
+  {"alt": ...}}``), with ``{glue:NAME}`` or ``{glue:NAME:FORMAT}`` filled with the value the
+  chapter's executed run glued (as the prose's ``{glue:text}`NAME:FORMAT``` shows it). A figure
+  without its own alt text is a build warning (an error under ``--warningiserror``) naming the
+  chapter, section and cell; a name the chapter did not glue is a build error.
+
+Accessibility, the phone layout and the pages' weight are the companion extension's
+(``_ext/course_pages.py``).
 * **Every bib/*.bib is read** (``bibtex_bibfiles`` plus the files it does not list), so the
   bibliography page (``:all:``) is the whole course's.
 
@@ -31,6 +37,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -364,33 +371,79 @@ def _cell_ids(path: Path) -> list[str | None]:
     return [cell.get("id") for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]]
 
 
-def figure_alt(section: str, page: str) -> str:
-    """The alt text of a notebook figure that has none: where it is drawn.
+_GLUE_REF = re.compile(r"\{glue:([A-Za-z_]\w*)(?::([^{}]*))?\}")
 
-    A chapter gives a figure its own description in the cell's metadata
-    (``"mystnb": {"image": {"alt": "..."}}``); this fallback at least tells a reader who cannot
-    see the image which experiment it belongs to, instead of its file name.
 
-    >>> figure_alt("2. Masks", "2. Self-attention")
-    'A figure drawn by the code cell above, in section "2. Masks" of "2. Self-attention".'
+def fill_glue(alt: str, values: Mapping[str, str]) -> str:
+    """``alt`` with each ``{glue:NAME}`` or ``{glue:NAME:FORMAT}`` replaced by the glued value.
+
+    ``values`` maps a glued name to its ``text/plain`` form (as ``course_lib.book.glue`` stores
+    it); FORMAT is a Python format spec, applied as myst-nb's ``{glue:text}`` role applies it.
+
+    >>> fill_glue("accuracy {glue:acc:.1%} after {glue:n} steps", {"acc": "0.9871", "n": "300"})
+    'accuracy 98.7% after 300 steps'
+    >>> fill_glue("{glue:nope}", {})
+    Traceback (most recent call last):
+    ...
+    KeyError: 'nope'
     """
-    return f'A figure drawn by the code cell above, in section "{section}" of "{page}".'
+    from myst_nb.core.variables import format_plain_text
+
+    def one(match: re.Match[str]) -> str:
+        name, spec = match.group(1), match.group(2) or ""
+        if name not in values:
+            raise KeyError(name)
+        return format_plain_text(values[name], spec)
+
+    return _GLUE_REF.sub(one, alt)
+
+
+def _glued_values(app: Sphinx, doctree: nodes.document) -> dict[str, str]:
+    """``{name: text/plain}`` that this chapter's executed run glued (myst-nb's glue data)."""
+    renderer = doctree.get("nb_renderer")
+    data = renderer.renderer.nb_client.glue_data if renderer is not None else None
+    if data is None:
+        path = Path(app.outdir).parent / "jupyter_execute" / f"{app.env.docname}.glue.json"
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return {k: v["data"]["text/plain"] for k, v in data.items() if "text/plain" in v["data"]}
+
+
+def _where(image: nodes.image, page: str, ids: Sequence[str | None]) -> str:
+    """``section "..." of "...", cell N (id ...)`` for an output image (``ids``: the cells')."""
+    section, cell = image.parent, None
+    while section is not None and not isinstance(section, nodes.section):
+        if cell is None and section.get("nb_element") == "cell_code":
+            cell = section
+        section = section.parent
+    title = section.next_node(nodes.title).astext() if section is not None else page
+    index = cell.get("cell_index", "?") if cell is not None else "?"
+    cell_id = ids[index] if isinstance(index, int) and index < len(ids) else None
+    return f'section "{title}" of "{page}", cell {index}' + (f" (id {cell_id})" if cell_id else "")
 
 
 def describe_output_figures(app: Sphinx, doctree: nodes.document) -> None:
-    """Give every notebook output image without alt text the fallback of :func:`figure_alt`."""
+    """Fill the glued numbers into each figure's own alt text; warn about a figure without one."""
     if not _chapter_docs(app, [app.env.docname]):
         return
     page_title = doctree.next_node(nodes.title)
     page = page_title.astext() if page_title else app.env.docname
+    values: dict[str, str] | None = None
+    ids = _cell_ids(Path(app.env.doc2path(app.env.docname)))
     for image in doctree.findall(nodes.image):
-        if image.get("alt"):
+        alt = image.get("alt", "").strip()
+        if not alt:
+            LOGGER.warning(f"course_site: a figure without alt text in {_where(image, page, ids)}:"
+                           ' give the cell "mystnb": {"image": {"alt": "..."}} in its metadata',
+                           location=image, type="course_site", subtype="figure_alt")
             continue
-        section = image.parent
-        while section is not None and not isinstance(section, nodes.section):
-            section = section.parent
-        title = section.next_node(nodes.title).astext() if section is not None else page
-        image["alt"] = figure_alt(title, page)
+        if "{glue:" in alt:
+            values = _glued_values(app, doctree) if values is None else values
+            try:
+                image["alt"] = fill_glue(alt, values)
+            except KeyError as err:
+                raise ExtensionError(
+                    f"course_site: the alt text of the figure in {_where(image, page, ids)} names "
+                    f"{{glue:{err.args[0]}}}, which {app.env.docname} did not glue") from err
 
 
 def collect_main_figure(app: Sphinx, doctree: nodes.document) -> None:

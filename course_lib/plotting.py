@@ -71,6 +71,28 @@ def course_rc() -> dict[str, Any]:
             "image.cmap": HEATMAP_CMAP}
 
 
+#: rcParams of the texts a plot draws (axis labels, tick labels, legends, titles).
+TEXT_SIZES: tuple[str, ...] = ("axes.labelsize", "xtick.labelsize", "ytick.labelsize",
+                               "legend.fontsize", "axes.titlesize", "figure.titlesize")
+
+
+def smallest_text_pt(rc: Mapping[str, Any] | None = None) -> float:
+    """The smallest text (points) of a plot drawn with ``rc`` (default: the course style).
+
+    The website checks with it that a plot's text stays readable on a phone's screen.
+
+    Example:
+        >>> smallest_text_pt({"font.size": 10, "xtick.labelsize": "small"}) < 10
+        True
+    """
+    from matplotlib.font_manager import FontProperties
+
+    params = {**course_rc(), **(rc or {})}
+    with mpl.rc_context({k: v for k, v in params.items() if k in mpl.rcParams}):
+        return min(FontProperties(size=mpl.rcParams[key]).get_size_in_points()
+                   for key in TEXT_SIZES)
+
+
 def use_course_style() -> None:
     """Make the course style matplotlib's defaults (for ``plt.plot`` and ``ax.plot`` in notebooks).
 

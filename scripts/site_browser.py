@@ -5,7 +5,9 @@ both already in the development environment; Debian's ``chromium``). The site is
 local HTTP server on 127.0.0.1 (a free port), as a reader's browser would get it. For each page:
 console errors and uncaught exceptions, failed requests (network errors and HTTP status >= 400),
 MathJax typeset with no error node (``mjx-merror``), every ``<img>`` loaded with a non-zero size,
-the launch and download buttons (sphinx-book-theme's header menus), and a full-page screenshot.
+the launch and download buttons (sphinx-book-theme's header menus), the bytes and requests of a
+first visit (the browser cache is off, so every load is a first load), and a full-page screenshot.
+The accessibility, phone-layout, figure and weight checks live in ``scripts/site_audit.py``.
 
     python scripts/site_browser.py _build/html --screenshots _build/screenshots
 """
@@ -35,8 +37,20 @@ import websocket
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 WINDOW = (1280, 900)
+#: A page is idle when no request has been in flight for this long (seconds).
+IDLE_S = 0.5
 #: A screenshot stops at this height (px): Chromium's textures are limited.
 MAX_SHOT_HEIGHT = 16000
+
+# Evaluated once the page has loaded: MathJax has typeset (the first visit's weight is taken then).
+_TYPESET = """
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  return true;
+})()
+"""
 
 # Evaluated in the page once it has loaded: waits for MathJax, then for every image (lazy ones
 # are made eager), and returns what the checks need.
@@ -78,6 +92,9 @@ _INSPECT = """
     // sphinx-book-theme's header menus: launch (rocket) and download buttons.
     launch: hrefs(".dropdown-launch-buttons a[href]"),
     downloads: hrefs(".dropdown-download-buttons a[href$='.ipynb']"),
+    // The download item must save the file, not show it (the server's type for .ipynb is JSON).
+    downloads_saved: Array.from(document.querySelectorAll(
+        ".dropdown-download-buttons a[href$='.ipynb']")).map(a => a.hasAttribute("download")),
   };
 })()
 """
@@ -96,6 +113,10 @@ class PageReport:
     failed_requests: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     screenshot: Path | None = None
+    #: Bytes of every response body (decoded, as the page uses them) and the number of requests
+    #: the page made until it was loaded and idle.
+    bytes_loaded: int = 0
+    requests: int = 0
 
     @property
     def broken_images(self) -> list[str]:
@@ -144,6 +165,7 @@ class Chromium:
                                                   suppress_origin=True)
             for domain in ("Page", "Runtime", "Network", "Log"):
                 self.call(f"{domain}.enable")
+            self.call("Network.setCacheDisabled", cacheDisabled=True)
         except Exception:
             self.close()
             raise
@@ -187,6 +209,31 @@ class Chromium:
                 raise BrowserError(f"no {event} within {self.timeout:.0f} s")
             self.events.append(json.loads(self.ws.recv()))
 
+    def set_width(self, width: int, height: int = WINDOW[1]) -> None:
+        """Lay pages out for a window ``width`` CSS px wide (a phone is 390); applies to the next
+        load. Narrower than 600 px it is a phone: touch, and the page's viewport meta tag."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=width < 600)
+
+    def wait_idle(self) -> None:
+        """Until no request has been in flight for ``IDLE_S`` (fonts and scripts loaded late)."""
+        self.call("Runtime.evaluate", expression="0")
+        deadline = time.monotonic() + self.timeout
+        quiet_since = time.monotonic()
+        self.ws.settimeout(IDLE_S / 5)
+        try:
+            while time.monotonic() < deadline:
+                if not _in_flight(self.events) and time.monotonic() - quiet_since >= IDLE_S:
+                    return
+                try:
+                    self.events.append(json.loads(self.ws.recv()))
+                    quiet_since = time.monotonic()
+                except websocket.WebSocketTimeoutException:
+                    pass
+        finally:
+            self.ws.settimeout(self.timeout)
+        raise BrowserError(f"requests still in flight after {self.timeout:.0f} s")
+
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", expression=expression, awaitPromise=True,
                            returnByValue=True)
@@ -201,6 +248,10 @@ class Chromium:
         self.wait_for("Page.loadEventFired")
         for loads in range(2, 5):  # a redirect page navigates on: inspect where it lands
             try:
+                # A first visit as a reader gets it: typeset, idle, lazy images still lazy.
+                self.evaluate(_TYPESET)
+                self.wait_idle()
+                first_visit = _weight(self.events)
                 info = self.evaluate(_INSPECT)
                 break
             except BrowserError as err:
@@ -211,9 +262,8 @@ class Chromium:
             raise BrowserError(f"{url} kept navigating")
         info["final_url"] = self.evaluate("location.href")
         report = PageReport(url=url, info=info)
-        time.sleep(0.2)  # let late console messages and requests arrive
-        self.call("Runtime.evaluate", expression="0")
-        statuses: dict[str, int] = {}
+        self.wait_idle()  # late console messages and the images made eager arrive
+        report.bytes_loaded, report.requests = first_visit
         for event in self.events:
             method, params = event["method"], event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
@@ -227,7 +277,6 @@ class Chromium:
                 report.console_errors.append(
                     f"{params['entry'].get('text')} ({params['entry'].get('url', '')})")
             elif method == "Network.responseReceived":
-                statuses[params["requestId"]] = params["response"]["status"]
                 if params["response"]["status"] >= 400:
                     report.failed_requests.append(
                         f"{params['response']['url']}: HTTP {params['response']['status']}")
@@ -265,6 +314,31 @@ class Chromium:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _in_flight(events: Sequence[dict[str, Any]]) -> set[str]:
+    """The requests of ``events`` that were sent and have not finished or failed yet."""
+    sent, done = set(), set()
+    for event in events:
+        if event["method"] == "Network.requestWillBeSent":
+            sent.add(event["params"]["requestId"])
+        elif event["method"] in ("Network.loadingFinished", "Network.loadingFailed"):
+            done.add(event["params"]["requestId"])
+    return sent - done
+
+
+def _weight(events: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """``(bytes, requests)``: decoded body bytes received and requests sent, over ``events``.
+
+    >>> _weight([{"method": "Network.requestWillBeSent", "params": {"requestId": "1"}},
+    ...          {"method": "Network.dataReceived", "params": {"dataLength": 300}},
+    ...          {"method": "Network.dataReceived", "params": {"dataLength": 20}}])
+    (320, 1)
+    """
+    received = sum(e["params"].get("dataLength", 0) for e in events
+                   if e["method"] == "Network.dataReceived")
+    sent = {e["params"]["requestId"] for e in events if e["method"] == "Network.requestWillBeSent"}
+    return received, len(sent)
 
 
 def search_results(browser: Chromium, base_url: str, term: str) -> list[str]:

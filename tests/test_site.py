@@ -6,8 +6,12 @@ The browser test of the checker runs Chromium on a tiny hand-made site (slow: it
 The book tests (slow, xdist group "book") serve the built site on 127.0.0.1 and load every page in
 headless Chromium: no console error, no failed request, math typeset without errors, every image
 loaded, the search finds chapter 2, each launch and download button opens a notebook of the
-repository; a screenshot of every page is kept in _build/screenshots/. Every internal link and
-anchor resolves; external links are listed in _build/external-links.txt, never fetched.
+repository; a screenshot of every page is kept in _build/screenshots/. The same browser session
+audits every page at 1280 and 390 px (scripts/site_audit.py): no axe-core WCAG 2.0/2.1 A/AA
+violation, visible keyboard focus, formulas no Tab stops, each chapter figure with its own text
+alternative and shown once, no sideways scrolling and readable plot text on a phone, and a
+chapter's first visit within its weight. Every internal link and anchor resolves; external links
+are listed in _build/external-links.txt, never fetched.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ def _module(name: str, path: Path) -> ModuleType:
 
 
 site_ext = _module("course_site", ROOT / "_ext" / "course_site.py")
+pages_ext = _module("course_pages", ROOT / "_ext" / "course_pages.py")
 links = _module("check_links", ROOT / "scripts" / "check_links.py")
 browser_mod = _module("site_browser", ROOT / "scripts" / "site_browser.py")
+audit_mod = _module("site_audit", ROOT / "scripts" / "site_audit.py")
 course_map = _module("course_map", ROOT / "scripts" / "course_map.py")
 gpu_record = _module("record_gpu_runtimes", ROOT / "scripts" / "record_gpu_runtimes.py")
 
@@ -60,13 +66,69 @@ def toc_chapters() -> list[str]:
 
 # ------------------------------------------------------------------ fast: the extension's logic
 
-@pytest.mark.parametrize("module", [site_ext, links, browser_mod, course_map, gpu_record],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [site_ext, pages_ext, links, browser_mod, audit_mod, course_map,
+                                    gpu_record], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
-    if module in (site_ext, course_map, gpu_record):
+    if module in (site_ext, pages_ext, audit_mod, course_map, gpu_record):
         assert result.attempted > 0
+
+
+def test_alt_texts_show_the_numbers_the_chapter_glued() -> None:
+    values = {"acc": "0.98765", "steps": "300", "name": "'GPT-2'"}
+    alt = "Accuracy {glue:acc:.1%} after {glue:steps} steps of {glue:name}; {not glue}"
+    assert site_ext.fill_glue(alt, values) == "Accuracy 98.8% after 300 steps of GPT-2; {not glue}"
+    assert site_ext.fill_glue("{glue:acc:.3f}", values) == "0.988"
+    with pytest.raises(KeyError, match="missing"):
+        site_ext.fill_glue("{glue:acc} and {glue:missing:.2f}", values)
+
+
+def test_a_plot_is_never_shown_smaller_than_its_text_allows() -> None:
+    for natural, dpi, pt in [(611, 100.0, 10.0), (1570, 100.0, 10.0), (600, 200.0, 11.0)]:
+        least = pages_ext.plot_min_width(natural, dpi, pt)
+        assert audit_mod.label_px(least, natural, dpi, pt) >= audit_mod.MIN_LABEL_PX
+        assert audit_mod.label_px(least - 1, natural, dpi, pt) < audit_mod.MIN_LABEL_PX
+    assert pages_ext.MIN_LABEL_PX == audit_mod.MIN_LABEL_PX
+    body = ('<p><img alt="x" src="a.png" /></p><img alt="loss" src="../_images/p.png" />'
+            '<img alt="map" src="../_images/map.svg" />')
+    marked = pages_ext.mark_plots(body, lambda src: (611, 300, 100.0), 10.0)
+    assert marked.count('loading="lazy"') == 1 and "--plot-min-width: 396px" in marked
+    assert pages_ext.mark_plots(body, lambda src: None, 10.0) == body
+
+
+def test_plots_are_reencoded_only_when_smaller_and_keep_their_dpi(tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    fig = Figure(figsize=(3, 2), dpi=100)
+    fig.add_subplot().plot([0, 1, 4], label="a line")
+    fig.savefig(tmp_path / "plot.png")
+    before = (tmp_path / "plot.png").stat().st_size
+    assert pages_ext.palette_png(tmp_path / "plot.png") > 0
+    assert (tmp_path / "plot.png").stat().st_size < before
+    assert pages_ext.png_info(tmp_path / "plot.png") == (300, 200, pytest.approx(100.0, abs=0.1))
+    assert Image.open(tmp_path / "plot.png").mode == "P"
+    assert pages_ext.palette_png(tmp_path / "plot.png") == 0, "already a palette: left alone"
+
+
+def test_citations_are_list_items_and_thebe_is_not_loaded() -> None:
+    from sphinx.builders.html._assets import _JavaScript
+
+    body = '<div role="list" class="citation-list"><div class="citation" role="doc-biblioentry">'
+    assert "doc-biblioentry" not in pages_ext.citations_as_list(body)
+    scripts = [_JavaScript("a.js"), _JavaScript("sphinx-thebe.js"),
+               _JavaScript(None, body="const THEBE_JS_URL = 1"), _JavaScript("b.js")]
+    assert pages_ext.without_thebe(scripts) == [scripts[0], scripts[3]]
+
+
+def test_the_site_loads_mathjax_without_its_menu_and_formulas_are_no_tab_stops() -> None:
+    config = CONFIG["sphinx"]["config"]
+    assert config["mathjax_path"] == "mathjax/startup.js"
+    mathjax = config["mathjax3_config"]
+    assert "a11y/assistive-mml" in mathjax["loader"]["load"], "formulas stay readable"
+    assert not any(c.startswith("ui/") for c in mathjax["loader"]["load"])
+    assert mathjax["options"]["menuOptions"]["settings"]["inTabOrder"] is False
 
 
 def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
@@ -431,5 +493,5 @@ def test_chapters_link_the_notation_page_and_the_bibliography_lists_every_work(
         assert 'class="course-notation-link"' in html and 'href="../../notation.html"' in html
     keys = {m.group(1) for bib in (ROOT / "bib").glob("*.bib")
             for m in re.finditer(r"^@\w+\{([^,]+),", bib.read_text(), re.M)}
-    listed = (built_book / "bibliography.html").read_text().count('role="doc-biblioentry"')
+    listed = (built_book / "bibliography.html").read_text().count('<div class="citation"')
     assert listed == len(keys), f"{listed} entries on the bibliography page, {len(keys)} keys"

@@ -1,0 +1,274 @@
+"""Accessible, phone-friendly and light pages: the course website's second Sphinx extension.
+
+Registered in _config.yml (``sphinx.local_extensions``) beside ``course_site``. What it changes in
+what Jupyter Book, sphinx-book-theme and pydata-sphinx-theme write, and why (issue 23's audit):
+
+* **Theme templates** (``_ext/theme/``, searched before the theme's): the search fields' names
+  match what they show and their forms have a submit button; the colour-mode icons are
+  decoration; the header's ``.ipynb`` item carries ``download`` (the server calls a notebook JSON,
+  which a browser would show); the theme's Font Awesome script (1.4 MB: its CSS draws the same
+  icons from web fonts) and, outside the search page, the search index are not loaded.
+* **Styles** (``_ext/static/course-pages.css``): visible keyboard focus on every control; long
+  inline code wraps; on a phone a plot uses the screen's width and never shrinks below the width
+  at which its smallest text is ``MIN_LABEL_PX`` px (a wider plot scrolls inside its own box).
+* **Page bodies**: a display equation sits in a box that scrolls when it is too wide (MathJax's
+  own container would scroll without taking keyboard focus, as formulas are no Tab stops);
+  citations are a list of ``listitem`` (docutils writes ``role="list"`` around
+  ``role="doc-biblioentry"``, a deprecated role that is no list item); each plot gets its size,
+  lazy loading and ``--plot-min-width``, inside a box that scrolls (and takes keyboard focus,
+  pydata's script sees to it) when the plot is wider than the column.
+* **Assets**: sphinx-thebe's scripts (no live-code button is configured) are dropped; PNG plots
+  are re-encoded with a 256-colour palette when that is smaller; the theme's icon fonts (270 kB)
+  are cut to the few icons the pages draw (``_static/course-icons/``, declared after the
+  theme's fonts in the course's stylesheet).
+
+The functions above the Sphinx hooks take plain values and are unit-tested in tests/test_site.py.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable
+
+from PIL import Image
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+#: The smallest text of a plot on a phone's screen (px); scripts/site_audit.py checks it.
+MIN_LABEL_PX = 9.0
+#: Points per inch (matplotlib draws text in points).
+PT_PER_INCH = 72.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain logic (no Sphinx objects): unit-tested without a build.
+# ---------------------------------------------------------------------------------------------
+
+def plot_min_width(natural_px: int, dpi: float, text_pt: float,
+                   min_px: float = MIN_LABEL_PX) -> int:
+    """The narrowest display width (CSS px) at which a plot's ``text_pt`` text is ``min_px`` high.
+
+    A plot ``natural_px`` pixels wide drawn at ``dpi`` has its text at ``text_pt * dpi / 72`` px;
+    shown ``w`` px wide the text is that times ``w / natural_px``.
+
+    >>> plot_min_width(600, 100.0, 10.0)
+    389
+    """
+    return math.ceil(natural_px * min_px * PT_PER_INCH / (text_pt * dpi))
+
+
+def citations_as_list(body: str) -> str:
+    """docutils' citation entries as items of the list around them (ARIA: a list owns listitems).
+
+    >>> citations_as_list('<div role="list"><div class="citation" role="doc-biblioentry">')
+    '<div role="list"><div class="citation" role="listitem">'
+    """
+    return body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+_DISPLAY_MATH = re.compile(r'<div class="math notranslate nohighlight"[^>]*>.*?</div>', re.S)
+
+
+def wrap_display_math(body: str) -> str:
+    """Each display equation in a box that scrolls (and takes focus) when it is too wide.
+
+    >>> wrap_display_math('<p>a</p><div class="math notranslate nohighlight">x</div>')
+    '<p>a</p><div class="course-equation pst-scrollable-table-container"><div \
+class="math notranslate nohighlight">x</div></div>'
+    """
+    return _DISPLAY_MATH.sub(
+        lambda m: f'<div class="course-equation pst-scrollable-table-container">{m.group(0)}</div>',
+        body)
+
+
+_PLOT = re.compile(r'<img alt="(?P<alt>[^"]*)" src="(?P<src>[^"]*_images/[^"]+\.png)" />')
+
+
+def mark_plots(body: str, info: Callable[[str], tuple[int, int, float] | None],
+               text_pt: float) -> str:
+    """Give each notebook plot of ``body`` its size, lazy loading and phone minimum width.
+
+    ``info(src)`` is the plot's ``(width, height, dpi)`` in pixels, or None (left as it is).
+    Each plot goes into a box that scrolls when the plot is wider than the column (pydata's
+    script makes such a box focusable, ``.pst-scrollable-table-container``).
+
+    >>> print(mark_plots('<img alt="a loss curve" src="../_images/x.png" />',
+    ...                  lambda src: (600, 300, 100.0), 10.0))
+    <div class="course-plot pst-scrollable-table-container"><img alt="a loss curve" \
+src="../_images/x.png" width="600" height="300" loading="lazy" decoding="async" \
+style="--plot-min-width: 389px" /></div>
+    """
+    def one(match: re.Match[str]) -> str:
+        found = info(html.unescape(match.group("src")))
+        if found is None:
+            return match.group(0)
+        width, height, dpi = found
+        least = plot_min_width(width, dpi, text_pt)
+        return (f'<div class="course-plot pst-scrollable-table-container">'
+                f'<img alt="{match.group("alt")}" src="{match.group("src")}" width="{width}" '
+                f'height="{height}" loading="lazy" decoding="async" '
+                f'style="--plot-min-width: {least}px" /></div>')
+
+    return _PLOT.sub(one, body)
+
+
+def png_info(path: Path) -> tuple[int, int, float] | None:
+    """``(width, height, dpi)`` of a PNG that records its dpi (as matplotlib's do), else None."""
+    try:
+        with Image.open(path) as image:
+            dpi = image.info.get("dpi")
+            return (image.width, image.height, float(dpi[0])) if dpi else None
+    except OSError:
+        return None
+
+
+def palette_png(path: Path) -> int:
+    """Re-encode a PNG with a 256-colour palette (dpi kept) when that is smaller; bytes saved.
+
+    Plots are flat colours, lines and anti-aliased text: a palette keeps them as they look.
+    """
+    with Image.open(path) as image:
+        image.load()
+        if image.mode == "P":
+            return 0
+        dpi = image.info.get("dpi")
+        rgba = image.convert("RGBA")
+    method = Image.Quantize.FASTOCTREE
+    small = rgba.quantize(colors=256, method=method, dither=Image.Dither.NONE)
+    tmp = path.with_suffix(".palette.png")
+    small.save(tmp, optimize=True, **({"dpi": dpi} if dpi else {}))
+    saved = path.stat().st_size - tmp.stat().st_size
+    if saved > 0:
+        tmp.replace(path)
+        return saved
+    tmp.unlink()
+    return 0
+
+
+#: The theme's icon fonts (pydata-sphinx-theme's Font Awesome) and the subsets the pages load.
+ICON_FONTS = ("fa-solid-900", "fa-brands-400", "fa-regular-400")
+ICON_DIR = "_static/vendor/fontawesome/webfonts"
+SUBSET_DIR = "_static/course-icons"
+
+
+def icon_codepoints(css: str, pages: Iterable[str]) -> set[int]:
+    r"""The icon glyphs the site draws: those of the ``fa-NAME`` classes ``pages`` use, and every
+    glyph the theme's CSS draws by itself (``content`` outside ``.fa-NAME:before`` rules, and the
+    characters of its ``--pst-icon-*`` properties).
+
+    >>> css = '.fa-a:before{content:"\\f001"}.fa-b:before{content:"\\f002"}.x:after{content:"\\f003"}'
+    >>> sorted(hex(c) for c in icon_codepoints(css, ['<i class="fa-solid fa-a"></i>']))
+    ['0xf001', '0xf003']
+    """
+    used = {name for page in pages for name in re.findall(r"\bfa-([a-z0-9-]+)", page)}
+    points = set()
+    for selectors, code in re.findall(r'([^{}]+)\{[^{}]*?content:\s*"\\([0-9a-f]{4,5})"', css):
+        names = re.findall(r"\.fa-([a-z0-9-]+):+before", selectors)
+        if not names or used.intersection(names):
+            points.add(int(code, 16))
+    # pydata's own icons (admonitions, links, arrows) are characters in --pst-icon-* properties.
+    points |= {ord(c) for c in re.findall(r'--pst-icon-[a-z-]+:\s*"([^"\\])"', css)}
+    return points
+
+
+def subset_icon_fonts(outdir: Path, codepoints: set[int]) -> int:
+    """Write the theme's icon fonts cut down to ``codepoints`` (WOFF) into ``SUBSET_DIR``; the
+    course's stylesheet declares them after the theme's, so the browser loads only these.
+    Returns the bytes written."""
+    from fontTools import subset
+
+    target = outdir / SUBSET_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for name in ICON_FONTS:
+        options = subset.Options()
+        options.flavor, options.layout_features = "woff", ["*"]
+        font = subset.load_font(str(outdir / ICON_DIR / f"{name}.ttf"), options)
+        cutter = subset.Subsetter(options)
+        cutter.populate(unicodes=codepoints)
+        cutter.subset(font)
+        subset.save_font(font, str(target / f"{name}.woff"), options)
+        written += (target / f"{name}.woff").stat().st_size
+    return written
+
+
+def without_thebe(assets: Iterable[Any]) -> list[Any]:
+    """Script or CSS assets minus sphinx-thebe's (files and inline configuration)."""
+    def is_thebe(asset: Any) -> bool:
+        name = str(getattr(asset, "filename", asset) or "")
+        body = str(getattr(asset, "attributes", {}).get("body", ""))
+        return "thebe" in name.lower() or "THEBE" in body or "thebe" in body
+    return [a for a in assets if not is_thebe(a)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sphinx hooks.
+# ---------------------------------------------------------------------------------------------
+
+def add_theme_and_styles(app: Sphinx, config: Any) -> None:
+    """Our templates before the theme's, our stylesheet after the theme's."""
+    config.templates_path.insert(0, str(HERE / "theme" / "components"))
+    config.templates_path.insert(0, str(HERE / "theme"))
+    config.html_static_path.append(str(HERE / "static"))
+    app.add_css_file("course-pages.css", priority=900)
+
+
+def _text_pt() -> float:
+    from course_lib.plotting import smallest_text_pt
+
+    return smallest_text_pt()
+
+
+def _image_sources(app: Sphinx) -> dict[str, Path]:
+    """``{name under _images/: source file}`` for the images Sphinx copies."""
+    cached: dict[str, Path] | None = getattr(app, "_course_image_sources", None)
+    if cached is None:
+        cached = {unique: Path(app.srcdir) / source
+                  for source, (_docs, unique) in app.env.images.items()}
+        app._course_image_sources = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
+                 doctree: Any) -> None:
+    """Citations as a list, plots sized and lazy, no thebe assets."""
+    context["script_files"] = without_thebe(context.get("script_files", []))
+    context["css_files"] = without_thebe(context.get("css_files", []))
+    body = context.get("body")
+    if not body:
+        return
+    sources, text_pt = _image_sources(app), _text_pt()
+
+    def info(src: str) -> tuple[int, int, float] | None:
+        source = sources.get(PurePosixPath(src).name)
+        return png_info(source) if source is not None else None
+
+    context["body"] = mark_plots(wrap_display_math(citations_as_list(body)), info, text_pt)
+
+
+def lighten_assets(app: Sphinx, exception: Exception | None) -> None:
+    """Once the images are copied: PNG plots re-encoded with a palette when smaller, and the icon
+    fonts cut to the icons the pages use."""
+    if exception is not None or app.builder.format != "html":
+        return
+    saved = sum(palette_png(p) for p in (Path(app.outdir) / "_images").glob("*.png")
+                if png_info(p) is not None)
+    LOGGER.info(f"course_pages: plots re-encoded with a palette, {saved / 1e6:.2f} MB saved")
+    out = Path(app.outdir)
+    css = (out / "_static" / "styles" / "pydata-sphinx-theme.css").read_text(encoding="utf-8")
+    pages = (p.read_text(encoding="utf-8") for p in out.rglob("*.html"))
+    size = subset_icon_fonts(out, icon_codepoints(css, pages))
+    LOGGER.info(f"course_pages: icon fonts cut to the icons the pages use, {size / 1e3:.0f} kB")
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("config-inited", add_theme_and_styles)
+    app.connect("html-page-context", rewrite_page, priority=600)
+    app.connect("build-finished", lighten_assets)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
