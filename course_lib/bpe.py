@@ -105,7 +105,8 @@ def pretokenize(text: str) -> list[str]:
         >>> pretokenize("Hello, world! It's 2024.")
         ['Hello', ',', ' world', '!', ' It', "'s", ' 2024', '.']
     """
-    return _GPT2_REGEX.findall(text)
+    pieces: list[str] = _GPT2_REGEX.findall(text)
+    return pieces
 
 
 def _check_specials(special_tokens: Iterable[str]) -> list[str]:
@@ -383,7 +384,7 @@ class Tokenizer:
         Raises:
             ValueError: an id that is not in the vocabulary.
         """
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # type: ignore[union-attr]
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         try:
             data = b"".join(self.vocab[i] for i in ids)
         except (KeyError, TypeError):

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import random
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 QUICK_ENV = "COURSE_LIB_QUICK"
+
+T = TypeVar("T")
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -68,7 +71,7 @@ def quick_mode() -> bool:
     return os.environ.get(QUICK_ENV, "") not in ("", "0", "false", "False")
 
 
-def pick(full, quick):
+def pick(full: T, quick: T) -> T:
     """Return ``quick`` in quick mode and ``full`` otherwise (training steps, sample counts).
 
     Example:
