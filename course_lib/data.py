@@ -155,7 +155,8 @@ def _unique_pairs(make: Callable[[random.Random], Pair], n: int, rng: random.Ran
     return pairs
 
 
-def _split(pairs: list[Pair], n_train: int, n_val: int, n_test: int) -> tuple[list[Pair], ...]:
+def _split(pairs: list[Pair], n_train: int, n_val: int,
+           n_test: int) -> tuple[list[Pair], list[Pair], list[Pair]]:
     end_val = n_train + n_val
     return pairs[:n_train], pairs[n_train:end_val], pairs[end_val:end_val + n_test]
 
@@ -452,7 +453,7 @@ def _collate_ids(encoded: Sequence[tuple[list[int], list[int]]], src_vocab: Voca
     return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask)
 
 
-class Seq2SeqDataset(Dataset):
+class Seq2SeqDataset(Dataset[Pair]):
     """A ``torch.utils.data.Dataset`` of string pairs; use ``collate_fn=dataset.collate``.
 
     Example:
