@@ -185,7 +185,9 @@ def sparsemax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
         tensor([0.7500, 0.2500, 0.0000])
     """
     dim = _check_scores(z, dim)
-    return SparsemaxFunction.apply(z.movedim(dim, -1)).movedim(-1, dim)
+    # torch leaves autograd.Function.apply unannotated; it returns forward's tensor.
+    p: torch.Tensor = SparsemaxFunction.apply(z.movedim(dim, -1))  # type: ignore[no-untyped-call]
+    return p.movedim(-1, dim)
 
 
 def entmax15(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -198,7 +200,9 @@ def entmax15(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
         tensor([1., 0., 0.])
     """
     dim = _check_scores(z, dim)
-    return Entmax15Function.apply(z.movedim(dim, -1)).movedim(-1, dim)
+    # torch leaves autograd.Function.apply unannotated; it returns forward's tensor.
+    p: torch.Tensor = Entmax15Function.apply(z.movedim(dim, -1))  # type: ignore[no-untyped-call]
+    return p.movedim(-1, dim)
 
 
 def entmax_bisect(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1, n_iter: int = 60,
@@ -240,7 +244,9 @@ def entmax_bisect(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1, n_iter: in
         a = a.movedim(dim, -1)
     if not bool((a > 1).all()):
         raise ValueError(f"alpha must be greater than 1 (alpha -> 1 is softmax), got {alpha}")
-    return EntmaxBisectFunction.apply(z.movedim(dim, -1), a, n_iter).movedim(-1, dim)
+    # torch leaves autograd.Function.apply unannotated; it returns forward's tensor.
+    p: torch.Tensor = EntmaxBisectFunction.apply(z.movedim(dim, -1), a, n_iter)  # type: ignore[no-untyped-call]
+    return p.movedim(-1, dim)
 
 
 def entmax(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1) -> torch.Tensor:

@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 import torch
-from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.autograd.function import once_differentiable
 
 from course_lib.checks import check_float_tensor, check_int, check_same_dtype, check_tensor
 
@@ -161,11 +161,12 @@ class TiledAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: FunctionCtx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float, causal: bool, mask: torch.Tensor | None, block_q: int,
                 block_k: int) -> torch.Tensor:
         out, lse = tiled_attention_forward(q, k, v, scale, causal, mask, block_q, block_k)
         ctx.save_for_backward(q, k, v, out, lse)
+        # ctx is Any: FunctionCtx declares no attributes for what forward keeps for backward.
         ctx.mask = mask  # boolean, the caller's (None for causal or unmasked attention)
         ctx.config = (scale, causal, block_q, block_k)
         return out
@@ -291,7 +292,10 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     """
     _check_inputs(q, k, v, causal, mask, block_q, block_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return TiledAttentionFunction.apply(q, k, v, scale, causal, mask, block_q, block_k)
+    # torch leaves autograd.Function.apply unannotated; it returns forward's tensor.
+    out: torch.Tensor = TiledAttentionFunction.apply(  # type: ignore[no-untyped-call]
+        q, k, v, scale, causal, mask, block_q, block_k)
+    return out
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
