@@ -221,7 +221,7 @@ def test_report_shows_both_codes_side_by_side_escaped(chapter1, tmp_path: Path) 
     similarity.write_report(tmp_path, spec, report)
     page = (tmp_path / "similarity.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page and "a&lt;b&gt;" in page
-    pair = page[page.index("class='pair'"):]
+    pair = page[page.index('class="pair"'):]
     # both codes as compared (shared runs marked), and each as written (folded)
     assert pair.count("<pre>") == 4 and pair.count("<details>") == 2 and "<mark>" in pair
     assert "# &lt;/pre&gt;&lt;script&gt;x()&lt;/script&gt;" in pair  # the comment, as written

@@ -38,7 +38,6 @@ students write the same line.
 from __future__ import annotations
 
 import ast
-import html
 import inspect
 import io
 from dataclasses import dataclass, field
@@ -48,10 +47,12 @@ from typing import Any, Iterable
 import numpy as np
 from copydetect.detector import CodeFingerprint, compare_files
 from copydetect.utils import highlight_overlap
+from markupsafe import Markup, escape
 
 from autograder.chapter_spec import ChapterSpec, normalise_source
 from autograder.rebuild import plan_submission
 from autograder.report import csvsafe
+from autograder.report.pages import render
 from course_lib import grading
 
 #: Shortest run of normalised characters that counts as shared (copydetect's noise threshold).
@@ -296,79 +297,50 @@ def flagged_pairs(report: SimilarityReport) -> set[tuple[str, str, str]]:
     return out
 
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:90rem;margin:2rem auto;padding:0 1rem}
-.pair{display:grid;grid-template-columns:1fr 1fr;gap:1rem}pre{background:#f6f8fa;padding:.6rem;
-overflow-x:auto;font-size:.85rem}mark{background:#ffd7a8}h3{margin-bottom:.2rem}
-.muted{color:#555}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .6rem}"""
-
-
-def _highlight(doc: Document, slices: Any) -> str:
+def _highlight(doc: Document, slices: Any) -> Markup:
     """The code as compared (:func:`canonical`), shared runs in ``<mark>``, HTML-escaped."""
     code = doc.fingerprint.raw_code
     if slices is None or len(slices) == 0 or np.asarray(slices).size == 0:
-        return html.escape(code)
+        return escape(code)
     text, _ = highlight_overlap(code, np.asarray(slices), "<mark>", "</mark>", escape_html=True)
-    return text
+    return Markup(text)  # escaped by copydetect, with only our <mark> tags added
 
 
-def _code_block(doc: Document, slices: Any) -> str:
-    """One side of a pair: the code as compared, marked, and the code as submitted below."""
-    e = html.escape
-    return (f"<div><b>{e(doc.label)}</b><pre>{_highlight(doc, slices)}</pre><details><summary>"
-            f"as written</summary><pre>{e(doc.code[:MAX_DOC_CHARS])}</pre></details></div>")
+def _shown(flag: Flag) -> dict[str, Any]:
+    """A flag as the page shows it: its documents and their marked code."""
+    shown: dict[str, Any] = {"a": flag.a, "b": flag.b, "shared": flag.shared,
+                             "share_a": flag.share_a, "share_b": flag.share_b}
+    if flag.b is not None:  # a pair: both codes as compared; a group shows its code as written
+        shown.update(marked_a=_highlight(flag.a, flag.slices_a),
+                     marked_b=_highlight(flag.b, flag.slices_b))
+    return shown
 
 
-def write_report(out: Path, spec: ChapterSpec, report: SimilarityReport) -> None:
-    """``similarity.html`` (flagged code side by side) and ``similarity.csv`` under ``out``."""
+def _write_csv(path: Path, spec: ChapterSpec, report: SimilarityReport) -> None:
+    """``similarity.csv``: every flag (students' ids as text a spreadsheet must not run)."""
     names = {ex.exercise_id: ex.name for ex in spec.exercises}
-    with open(out / "similarity.csv", "w", newline="", encoding="utf-8",
-              errors="backslashreplace") as f:
-        w = csvsafe.writer(f)  # students' ids are text a spreadsheet must not run
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
+        w = csvsafe.writer(f)
         w.writerow(["exercise", "kind", "students_a", "students_b", "share_a", "share_b",
                     "shared_characters"])
         for fl in report.flags:
             w.writerow([names.get(fl.exercise_id, fl.exercise_id), fl.kind, ";".join(fl.a.owners),
                         ";".join(fl.b.owners) if fl.b else "", f"{fl.share_a:.2f}",
                         f"{fl.share_b:.2f}", fl.shared])
-    e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(spec.name)}: "
-             f"similarity</title><style>{_STYLE}</style></head><body>",
-             f"<h1>{e(spec.name)}: solutions that look copied</h1>",
-             "<p>For the instructor only. This report never changes a grade. A flag is a reason "
-"to look, not a verdict: read the two codes side by side. Each is shown as it was "
-             "compared (one layout, no comments, docstrings or annotations; shared runs are "
-             "highlighted), with the code as written below it. Flagged: at least "
-             f"{MIN_SHARED} normalised characters shared and at least {THRESHOLD:.0%} of one of "
-             "the two solutions (names, strings, comments and layout are normalised away). "
-             "Short solutions are never flagged.</p>",
-             "<table><tr><th>exercise</th><th>solutions compared</th><th>flags</th>"
-             "<th>reference compared</th></tr>"]
-    for ex in spec.exercises:
-        n = sum(1 for f in report.flags if f.exercise_id == ex.exercise_id)
-        parts.append(f"<tr><td>{e(ex.name)}</td><td>{report.compared.get(ex.exercise_id, 0)}</td>"
-                     f"<td>{n}</td><td>{e(report.references.get(ex.exercise_id, 'none'))}</td></tr>")
-    parts.append("</table>")
+
+
+def write_report(out: Path, spec: ChapterSpec, report: SimilarityReport) -> None:
+    """``similarity.html`` (flagged code side by side, from ``templates/similarity.html``, every
+    value escaped) and ``similarity.csv`` under ``out``."""
+    _write_csv(out / "similarity.csv", spec, report)
+    table, sections = [], []
     for ex in spec.exercises:
         flags = [f for f in report.flags if f.exercise_id == ex.exercise_id]
-        if not flags:
-            continue
-        parts.append(f"<h2>{e(ex.name)}: {len(flags)} flag(s)</h2>")
-        if len(flags) > MAX_LISTED:
-            parts.append(f"<p class='muted'>The {MAX_LISTED} strongest are shown; similarity.csv "
-                         "lists all.</p>")
-        for fl in flags[:MAX_LISTED]:
-            if fl.b is None:
-                parts.append(f"<h3>identical after normalisation: {e(fl.a.label)}</h3>"
-                             f"<p class='muted'>{len(fl.a.owners)} students, {fl.shared} "
-                             "normalised characters</p>"
-                             f"<pre>{e(fl.a.code[:MAX_DOC_CHARS])}</pre>")
-                continue
-            what = "course_lib's reference" if fl.b.reference else "a classmate"
-            parts.append(f"<h3>{e(fl.a.label)} and {e(fl.b.label)}</h3><p class='muted'>"
-                         f"{fl.share_a:.0%} of the first and {fl.share_b:.0%} of the second "
-                         f"solution in shared runs ({fl.shared} normalised characters), compared "
-                         f"with {what}</p><div class='pair'>{_code_block(fl.a, fl.slices_a)}"
-                         f"{_code_block(fl.b, fl.slices_b)}</div>")
-    parts.append("</body></html>\n")
-    (out / "similarity.html").write_text("\n".join(parts), encoding="utf-8",
-                                         errors="backslashreplace")
+        table.append((ex.name, report.compared.get(ex.exercise_id, 0), len(flags),
+                      report.references.get(ex.exercise_id, "none")))
+        if flags:
+            sections.append((ex.name, [_shown(f) for f in flags[:MAX_LISTED]],
+                             max(0, len(flags) - MAX_LISTED)))
+    page = render("similarity.html", chapter=spec.name, min_shared=MIN_SHARED,
+                  threshold=THRESHOLD, table=table, sections=sections, max_chars=MAX_DOC_CHARS)
+    (out / "similarity.html").write_text(page, encoding="utf-8", errors="backslashreplace")
