@@ -103,8 +103,8 @@ class Roster:
         columns = CANVAS_ID_COLUMNS if lms == "Canvas" else MOODLE_ID_COLUMNS
         return next((row[c] for c in columns if row.get(c)), "")
 
-def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    """The roster's lower-cased header and its rows with their line numbers."""
+def _read_rows(path: Path) -> list[tuple[int, dict]]:
+    """The roster's rows with their line numbers, once its header has a student id column."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
@@ -115,7 +115,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     if "student_id" not in header and "id" not in header:
         raise RosterError(f"the roster {path} has no student_id column (its columns: "
                           f"{', '.join(header) or 'none'})")
-    return header, raw
+    return raw
 
 
 def _rows_by_id(path: Path, raw: list[tuple[int, dict]], warnings: list[str],
@@ -215,7 +215,7 @@ def read_roster(path: Path) -> Roster:
         >>> r.lms_ids["Canvas"]["3002"], r.keys[("zhangwei",)]  # doctest: +SKIP
         (('s2',), ('s1', 's2'))
     """
-    _, raw = _read_rows(path)
+    raw = _read_rows(path)
     warnings: list[str] = []
     rows, where = _rows_by_id(path, raw, warnings)
     holders, lms_ids = _index(rows)
