@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -174,7 +174,8 @@ def kaplan_optimal_n(flops: float) -> float:
     """
     if flops <= 0:
         raise ValueError(f"flops must be positive, got {flops}")
-    return KAPLAN_N_OPT_COEFFICIENT * (flops / 8.64e19) ** KAPLAN_N_EXPONENT
+    n_opt: float = KAPLAN_N_OPT_COEFFICIENT * (flops / 8.64e19) ** KAPLAN_N_EXPONENT
+    return n_opt
 
 
 def chinchilla_loss(n_params: torch.Tensor, n_tokens: torch.Tensor, E: float = CHINCHILLA.E,
@@ -371,7 +372,7 @@ def chinchilla_objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray
 
 
 def _linear_starts(log_n: np.ndarray, log_d: np.ndarray, loss: np.ndarray,
-                   exponents: Sequence[float], keep: int) -> list[np.ndarray]:
+                   exponents: Iterable[float], keep: int) -> list[np.ndarray]:
     """Starts for approach 3: for each (alpha, beta) of a grid, the best non-negative (E, A, B).
 
     With the exponents fixed, :math:`E + A N^{-\\alpha} + B D^{-\\beta}` is linear in
@@ -422,14 +423,17 @@ def fit_chinchilla(n_params: ArrayLike, n_tokens: ArrayLike, loss: ArrayLike,
     if not log_n.size == log_d.size == values.size or log_n.size < 5:
         raise ValueError(f"need at least 5 runs with N, D and loss each, got {log_n.size}, "
                          f"{log_d.size}, {values.size}")
-    exponents = np.linspace(0.05, 1.5, 30) if exponents is None else exponents
+    grid: Iterable[float] = np.linspace(0.05, 1.5, 30) if exponents is None else exponents
     best = None
-    for start in _linear_starts(log_n, log_d, values, exponents, keep):
+    for start in _linear_starts(log_n, log_d, values, grid, keep):
         result = minimize(chinchilla_objective, start, args=(log_n, log_d, np.log(values), delta),
                           jac=True, method="L-BFGS-B",
                           options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 5000})
         if best is None or result.fun < best.fun:
             best = result
+    if best is None:
+        raise ValueError(f"no start to fit from: no exponents in the grid predict positive losses, "
+                         f"or keep={keep}")
     a, b, e, alpha, beta = best.x
     return ChinchillaFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=float(alpha),
                          beta=float(beta))
