@@ -84,7 +84,6 @@ def greedy_decode(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     if eos_id is not None:
         check_int("eos_id", eos_id, minimum=0)
-    pad_id = eos_id if pad_id is None else pad_id
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for _ in range(max_new_tokens):
         log_probs = _next_log_probs(step, tokens)  # (B, V)
@@ -92,7 +91,7 @@ def greedy_decode(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
             _check_eos(eos_id, log_probs)
         next_token = log_probs.argmax(dim=-1)  # (B,)
         if eos_id is not None:
-            next_token = next_token.masked_fill(finished, pad_id)
+            next_token = next_token.masked_fill(finished, eos_id if pad_id is None else pad_id)
             finished = finished | (next_token == eos_id)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
         if eos_id is not None and bool(finished.all()):

@@ -245,7 +245,6 @@ def sample(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     if eos_id is not None:
         check_int("eos_id", eos_id, minimum=0)
-    pad_id = eos_id if pad_id is None else pad_id
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for _ in range(max_new_tokens):
         logits = step(tokens)
@@ -256,7 +255,7 @@ def sample(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
             check_token_id("eos_id", eos_id, logits.shape[1], vocabulary="the step's vocabulary")
         next_token = sample_next(logits, generator, temperature, top_k, top_p)  # (B,)
         if eos_id is not None:
-            next_token = next_token.masked_fill(finished, pad_id)
+            next_token = next_token.masked_fill(finished, eos_id if pad_id is None else pad_id)
             finished = finished | (next_token == eos_id)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         if eos_id is not None and bool(finished.all()):
