@@ -245,7 +245,8 @@ def entmax_bisect(z: torch.Tensor, alpha: Alpha = 1.5, dim: int = -1, n_iter: in
     if not bool((a > 1).all()):
         raise ValueError(f"alpha must be greater than 1 (alpha -> 1 is softmax), got {alpha}")
     # torch leaves autograd.Function.apply unannotated; it returns forward's tensor.
-    p: torch.Tensor = EntmaxBisectFunction.apply(z.movedim(dim, -1), a, n_iter)  # type: ignore[no-untyped-call]
+    p: torch.Tensor = EntmaxBisectFunction.apply(  # type: ignore[no-untyped-call]
+        z.movedim(dim, -1), a, n_iter)
     return p.movedim(-1, dim)
 
 
