@@ -17,10 +17,12 @@ what Jupyter Book, sphinx-book-theme and pydata-sphinx-theme write, and why (iss
   ``role="doc-biblioentry"``, a deprecated role that is no list item); each plot gets its size,
   lazy loading and ``--plot-min-width``, inside a box that scrolls (and takes keyboard focus,
   pydata's script sees to it) when the plot is wider than the column.
-* **Assets**: sphinx-thebe's scripts (no live-code button is configured) are dropped; PNG plots
+* **Assets**: sphinx-thebe's scripts (no live-code button is configured), and sphinx-design's on
+  pages without its components, are dropped; PNG plots
   are re-encoded with a 256-colour palette when that is smaller; the theme's icon fonts (270 kB)
   are cut to the few icons the pages draw (``_static/course-icons/``, declared after the
-  theme's fonts in the course's stylesheet).
+  theme's fonts in the course's stylesheet), and the theme's CSS loses the rules of the other
+  ~1900 icons (86 kB).
 
 The functions above the Sphinx hooks take plain values and are unit-tested in tests/test_site.py.
 """
@@ -166,7 +168,7 @@ def icon_codepoints(css: str, pages: Iterable[str]) -> set[int]:
     >>> sorted(hex(c) for c in icon_codepoints(css, ['<i class="fa-solid fa-a"></i>']))
     ['0xf001', '0xf003']
     """
-    used = {name for page in pages for name in re.findall(r"\bfa-([a-z0-9-]+)", page)}
+    used = icon_names(pages)
     points = set()
     for selectors, code in re.findall(r'([^{}]+)\{[^{}]*?content:\s*"\\([0-9a-f]{4,5})"', css):
         names = re.findall(r"\.fa-([a-z0-9-]+):+before", selectors)
@@ -175,6 +177,28 @@ def icon_codepoints(css: str, pages: Iterable[str]) -> set[int]:
     # pydata's own icons (admonitions, links, arrows) are characters in --pst-icon-* properties.
     points |= {ord(c) for c in re.findall(r'--pst-icon-[a-z-]+:\s*"([^"\\])"', css)}
     return points
+
+
+_ICON_RULE = re.compile(r'((?:\.fa-[a-z0-9-]+:+before,?)+)\{content:"[^"]*"\}')
+
+
+def icon_names(pages: Iterable[str]) -> set[str]:
+    """The ``fa-NAME`` names the ``pages`` use (icons, sizes and styles alike)."""
+    return {name for page in pages for name in re.findall(r"\bfa-([a-z0-9-]+)", page)}
+
+
+def trim_icon_rules(css: str, used: set[str]) -> str:
+    """The theme's CSS without the rules of the ~1900 icons no page draws.
+
+    >>> trim_icon_rules('.a{x:1}.fa-a:before{content:"1"}.fa-b:before,.fa-c:before{content:"2"}',
+    ...                 {"c"})
+    '.a{x:1}.fa-b:before,.fa-c:before{content:"2"}'
+    """
+    def keep(match: re.Match[str]) -> str:
+        names = re.findall(r"\.fa-([a-z0-9-]+)", match.group(1))
+        return match.group(0) if used.intersection(names) else ""
+
+    return _ICON_RULE.sub(keep, css)
 
 
 def subset_icon_fonts(outdir: Path, codepoints: set[int]) -> int:
@@ -198,13 +222,17 @@ def subset_icon_fonts(outdir: Path, codepoints: set[int]) -> int:
     return written
 
 
-def without_thebe(assets: Iterable[Any]) -> list[Any]:
-    """Script or CSS assets minus sphinx-thebe's (files and inline configuration)."""
-    def is_thebe(asset: Any) -> bool:
-        name = str(getattr(asset, "filename", asset) or "")
-        body = str(getattr(asset, "attributes", {}).get("body", ""))
-        return "thebe" in name.lower() or "THEBE" in body or "thebe" in body
-    return [a for a in assets if not is_thebe(a)]
+def without_unused(assets: Iterable[Any], body: str) -> list[Any]:
+    """Script or CSS assets minus sphinx-thebe's (files and inline configuration: no live-code
+    button is configured) and, on a page without its components, sphinx-design's."""
+    design = 'class="sd-' in body
+
+    def unused(asset: Any) -> bool:
+        name = str(getattr(asset, "filename", asset) or "").lower()
+        text = str(getattr(asset, "attributes", {}).get("body", "")).lower()
+        return ("thebe" in name or "thebe" in text
+                or (not design and ("sphinx-design" in name or "design-tabs" in name)))
+    return [a for a in assets if not unused(a)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,10 +265,10 @@ def _image_sources(app: Sphinx) -> dict[str, Path]:
 
 def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
                  doctree: Any) -> None:
-    """Citations as a list, plots sized and lazy, no thebe assets."""
-    context["script_files"] = without_thebe(context.get("script_files", []))
-    context["css_files"] = without_thebe(context.get("css_files", []))
-    body = context.get("body")
+    """Citations as a list, equations and plots in their boxes, no unused assets."""
+    body = context.get("body") or ""
+    context["script_files"] = without_unused(context.get("script_files", []), body)
+    context["css_files"] = without_unused(context.get("css_files", []), body)
     if not body:
         return
     sources, text_pt = _image_sources(app), _text_pt()
@@ -261,9 +289,11 @@ def lighten_assets(app: Sphinx, exception: Exception | None) -> None:
                 if png_info(p) is not None)
     LOGGER.info(f"course_pages: plots re-encoded with a palette, {saved / 1e6:.2f} MB saved")
     out = Path(app.outdir)
-    css = (out / "_static" / "styles" / "pydata-sphinx-theme.css").read_text(encoding="utf-8")
-    pages = (p.read_text(encoding="utf-8") for p in out.rglob("*.html"))
+    theme_css = out / "_static" / "styles" / "pydata-sphinx-theme.css"
+    css = theme_css.read_text(encoding="utf-8")
+    pages = [p.read_text(encoding="utf-8") for p in out.rglob("*.html")]
     size = subset_icon_fonts(out, icon_codepoints(css, pages))
+    theme_css.write_text(trim_icon_rules(css, icon_names(pages)), encoding="utf-8")
     LOGGER.info(f"course_pages: icon fonts cut to the icons the pages use, {size / 1e3:.0f} kB")
 
 

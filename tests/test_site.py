@@ -112,14 +112,16 @@ def test_plots_are_reencoded_only_when_smaller_and_keep_their_dpi(tmp_path: Path
     assert pages_ext.palette_png(tmp_path / "plot.png") == 0, "already a palette: left alone"
 
 
-def test_citations_are_list_items_and_thebe_is_not_loaded() -> None:
+def test_citations_are_list_items_and_unused_assets_are_not_loaded() -> None:
     from sphinx.builders.html._assets import _JavaScript
 
     body = '<div role="list" class="citation-list"><div class="citation" role="doc-biblioentry">'
     assert "doc-biblioentry" not in pages_ext.citations_as_list(body)
     scripts = [_JavaScript("a.js"), _JavaScript("sphinx-thebe.js"),
-               _JavaScript(None, body="const THEBE_JS_URL = 1"), _JavaScript("b.js")]
-    assert pages_ext.without_thebe(scripts) == [scripts[0], scripts[3]]
+               _JavaScript(None, body="const THEBE_JS_URL = 1"), _JavaScript("b.js"),
+               _JavaScript("design-tabs.js")]
+    assert pages_ext.without_unused(scripts, "<p>") == [scripts[0], scripts[3]]
+    assert pages_ext.without_unused(scripts, '<div class="sd-tab-set">')[-1] == scripts[4]
 
 
 def test_the_site_loads_mathjax_without_its_menu_and_formulas_are_no_tab_stops() -> None:
@@ -329,6 +331,74 @@ def test_browser_check_reports_what_a_reader_would_hit(tmp_path: Path) -> None:
     assert any("nosuchmacro" in p for p in bad.info["math_problems"]), bad.info
 
 
+def _plot(path: Path) -> None:
+    """A 300 x 150 px plot at 100 dpi, its text at the course style's smallest size."""
+    from matplotlib.figure import Figure
+
+    from course_lib.plotting import smallest_text_pt
+
+    fig = Figure(figsize=(3, 1.5), dpi=100)
+    ax = fig.add_subplot()
+    ax.plot([0, 1, 4])
+    ax.set_xlabel("step", fontsize=smallest_text_pt())
+    fig.savefig(path)
+
+
+def _page(title: str, head: str, body: str, lang: str = ' lang="en"') -> str:
+    return (f'<!DOCTYPE html><html{lang}><head><meta charset="utf-8"><title>{title}</title>'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"{head}</head><body><main><h1>{title}</h1>{body}</main></body></html>")
+
+
+@pytest.mark.slow
+def test_site_audit_finds_each_defect_on_a_tiny_site(tmp_path: Path) -> None:
+    """A page with every defect the audit looks for fails each check; a clean one passes all.
+
+    The clean page loads MathJax as the site does (startup.js and _config.yml's settings); the
+    faulty one loads the combined tex-mml-chtml.js with its menu, whose formulas are Tab stops.
+    """
+    assert audit_mod.AXE.is_file(), "axe-core is vendored by `make setup`"
+    site = tmp_path / "site"
+    shutil.copytree(MATHJAX, site / "mathjax")
+    _plot(site / "plot.png")
+    shutil.copyfile(site / "plot.png", site / "copy.png")
+    (site / "big.js").write_text("// " + "x" * audit_mod.MAX_CHAPTER_BYTES + "\n")
+    config = json.dumps(CONFIG["sphinx"]["config"]["mathjax3_config"])
+    site_math = f'<script>window.MathJax = {config};</script><script src="mathjax/startup.js"></script>'
+    (site / "good.html").write_text(_page("Good", site_math, (
+        '<p>A formula \\(x^2\\) and a <a href="#top">link</a>. <button>Run</button></p>'
+        '<div class="cell_output"><img alt="a curve rising from 0 to 4" src="plot.png"></div>')))
+    (site / "bad.html").write_text(_page("Bad", (
+        '<script src="mathjax/tex-mml-chtml.js"></script><script src="big.js"></script>'
+        '<style>.quiet:focus-visible { outline: none; }</style>'), (
+        '<p>A formula \\(x^2\\). <button class="quiet">Run</button></p>'
+        '<p style="white-space: nowrap">' + "a sentence that never wraps " * 8 + "</p>"
+        '<div class="cell_output"><img src="plot.png" style="width: 100px"></div>'
+        '<div class="cell_output"><img alt="" src="copy.png"></div>'
+        '<div class="cell_output"><img alt="A figure drawn by the code cell above" '
+        'src="plot.png"></div>'), lang=""))
+    axe_js, text_pt = audit_mod.AXE.read_text(), audit_mod.smallest_text_pt()
+    with browser_mod.serve(site) as base, browser_mod.Chromium() as browser:
+        good, bad = (audit_mod.audit_page(browser, base + page, page, axe_js=axe_js,
+                                          text_pt=text_pt, chapter=True)
+                     for page in ("good.html", "bad.html"))
+    assert good.problems == [], good.problems
+    assert good.measured["label_px"] >= audit_mod.MIN_LABEL_PX
+    assert good.measured["bytes"] < audit_mod.MAX_CHAPTER_BYTES
+    axe = "\n".join(bad.axe)
+    assert "axe html-has-lang" in axe and "axe image-alt" in axe, axe
+    assert any("no visible focus: button.quiet" in p for p in bad.focus), bad.focus
+    assert any("formulas are Tab stops" in p for p in bad.focus), bad.focus
+    figures = "\n".join(bad.figures)
+    assert "no text alternative: " + base + "copy.png" in figures, figures
+    assert "generic text alternative" in figures, figures
+    assert figures.count("shown twice") == 2, figures  # copy.png (same bytes), plot.png again
+    phone = "\n".join(bad.phone)
+    assert "scrolls sideways" in phone and "a sentence that never wraps" in phone, phone
+    assert re.search(r"plot text [0-8]\.\d px < 9 px: .*plot\.png", phone), phone
+    assert len(bad.weight) == 1 and "first visit loads" in bad.weight[0], bad.weight
+
+
 # ------------------------------------------------------------------ slow: the built website
 
 def _pages(site: Path) -> list[str]:
@@ -337,15 +407,66 @@ def _pages(site: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def visit(built_book: Path) -> dict[str, object]:
-    """Every page of the built site loaded once in Chromium (screenshots in _build/screenshots)."""
+    """Every page of the built site loaded in one Chromium at 1280 px (screenshots in
+    _build/screenshots) and at 390 px, and audited (scripts/site_audit.py)."""
     shots = BUILD / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
-    reports = {}
+    reports, audits = {}, {}
+    axe_js, text_pt = audit_mod.AXE.read_text(), audit_mod.smallest_text_pt()
     with browser_mod.serve(built_book) as base, browser_mod.Chromium() as browser:
         for page in _pages(built_book):
-            reports[page] = browser.load(base + page, shots / browser_mod.shot_name(page))
+            audits[page] = audit_mod.audit_page(
+                browser, base + page, page, axe_js=axe_js, text_pt=text_pt,
+                chapter=page.startswith("chapters/"), screenshot=shots / browser_mod.shot_name(page))
+            reports[page] = audits[page].report
         search = browser_mod.search_results(browser, base, SEARCH_TERM)
-    return {"base": base, "pages": reports, "search": search}
+    return {"base": base, "pages": reports, "audits": audits, "search": search}
+
+
+def _found(visit: dict, check: str) -> dict[str, list[str]]:
+    return {p: getattr(a, check) for p, a in visit["audits"].items() if getattr(a, check)}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_no_page_violates_wcag_a_or_aa_at_either_width(visit: dict) -> None:
+    """axe-core, WCAG 2.0 and 2.1, levels A and AA: the theme's and docutils' markup included."""
+    assert not _found(visit, "axe"), json.dumps(_found(visit, "axe"), indent=1)[:6000]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_keyboard_focus_is_visible_and_formulas_are_no_tab_stops(visit: dict) -> None:
+    assert not _found(visit, "focus"), json.dumps(_found(visit, "focus"), indent=1)[:6000]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_each_chapter_figure_has_its_own_text_and_is_shown_once(visit: dict) -> None:
+    assert not _found(visit, "figures"), json.dumps(_found(visit, "figures"), indent=1)[:6000]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_on_a_phone_no_page_scrolls_sideways_and_plot_text_is_readable(visit: dict) -> None:
+    assert not _found(visit, "phone"), json.dumps(_found(visit, "phone"), indent=1)[:6000]
+    for slug in chapter_slugs():
+        audit = visit["audits"][f"chapters/{slug}/{release_notebook(slug).stem}.html"]
+        assert audit.measured["label_px"] is not None, f"{slug}: its plots were measured"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_a_chapter_first_visit_stays_light(visit: dict) -> None:
+    assert not _found(visit, "weight"), json.dumps(_found(visit, "weight"), indent=1)[:6000]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("book")
+def test_the_notebook_download_saves_the_file(visit: dict) -> None:
+    for slug in chapter_slugs():
+        page = visit["pages"][f"chapters/{slug}/{release_notebook(slug).stem}.html"]
+        assert page.info["downloads_saved"] == [True], f"{slug}: the .ipynb link has `download`"
 
 
 @pytest.mark.parametrize("page", ["intro.html", "search.html", "genindex.html", "notation.html",
