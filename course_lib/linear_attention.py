@@ -102,7 +102,8 @@ def positive_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"w must be (m, d) with d the last size of x; got x {tuple(x.shape)} "
                          f"and w {tuple(w.shape)}")
     half_norm = 0.5 * (x * x).sum(dim=-1, keepdim=True)              # (..., 1)
-    return torch.exp(x @ w.transpose(0, 1) - half_norm) / w.shape[0] ** 0.5
+    features: torch.Tensor = torch.exp(x @ w.transpose(0, 1) - half_norm) / w.shape[0] ** 0.5
+    return features
 
 
 def trigonometric_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -134,7 +135,8 @@ def trigonometric_random_features(x: torch.Tensor, w: torch.Tensor) -> torch.Ten
                          f"and w {tuple(w.shape)}")
     proj = x @ w.transpose(0, 1)                                     # (..., m)
     scale = torch.exp(0.5 * (x * x).sum(dim=-1, keepdim=True)) / w.shape[0] ** 0.5
-    return scale * torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1)
+    features: torch.Tensor = scale * torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1)
+    return features
 
 
 FEATURE_MAPS: dict[str, FeatureMap] = {

@@ -133,7 +133,8 @@ def singular_values(weights: torch.Tensor) -> torch.Tensor:
     """Singular values of attention matrices ``(..., n, n)`` -> ``(..., n)``, largest first."""
     if check_float_tensor("weights", weights).dim() < 2:
         raise ValueError(f"weights must be (..., n_q, n_k), got {tuple(weights.shape)}")
-    return torch.linalg.svdvals(weights)
+    values: torch.Tensor = torch.linalg.svdvals(weights)
+    return values
 
 
 def cumulative_energy(weights: torch.Tensor) -> torch.Tensor:
@@ -231,4 +232,5 @@ class LinformerSelfAttention(nn.Module):
         k = split_heads(self.k_proj(x), self.n_heads)
         v = split_heads(self.v_proj(x), self.n_heads)
         out = linformer_attention(q, k, v, self.e, self.f)           # (B, h, n, d_head)
-        return self.out_proj(merge_heads(out))                       # (B, n, d)
+        y: torch.Tensor = self.out_proj(merge_heads(out))            # (B, n, d)
+        return y

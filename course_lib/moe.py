@@ -189,7 +189,8 @@ class SparseMoeBlock(nn.Module):
         logits = self.gate(flat)  # (N, E)
         self.router_logits = logits
         weights, experts = route(logits, self.k)
-        return self.experts(flat, weights.to(x.dtype), experts).reshape(shape)
+        out: torch.Tensor = self.experts(flat, weights.to(x.dtype), experts)  # (N, d)
+        return out.reshape(shape)
 
 
 def active_params(moe: SparseMoeBlock) -> int:

@@ -110,7 +110,8 @@ def relative_position_map(shift: int | float, d_model: int, base: float = 10000.
     angle = float(shift) * frequencies(d_model, base, device=device)  # (d/2,)
     c, s = angle.cos(), angle.sin()
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
-    return torch.block_diag(*blocks).to(dtype)  # (d, d)
+    rotation: torch.Tensor = torch.block_diag(*blocks).to(dtype)  # (d, d)
+    return rotation
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -132,6 +133,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         >>> pos(torch.zeros(2, 5, 8)).shape
         torch.Size([2, 5, 8])
     """
+
+    pe: torch.Tensor  # (max_len, d) buffer
 
     def __init__(self, d_model: int, max_len: int = 512, base: float = 10000.0) -> None:
         super().__init__()
@@ -173,7 +176,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d_model, self.max_len)
         positions = torch.arange(x.shape[1], device=x.device)
-        return x + self.embedding(positions).to(x.dtype)  # (B, T, d) + (T, d)
+        table: torch.Tensor = self.embedding(positions)  # (T, d)
+        return x + table.to(x.dtype)  # (B, T, d) + (T, d)
 
 
 def _check_input(x: torch.Tensor, d_model: int, max_len: int) -> None:

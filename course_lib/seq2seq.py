@@ -174,7 +174,8 @@ class Seq2Seq(nn.Module):
         emb = self.embedding(tgt_in)  # (B, T, E)
         ctx = c[:, None, :].expand(-1, tgt_in.shape[1], -1)  # (B, T, H): the same c every step
         states, _ = self.rnn(torch.cat([emb, ctx], dim=-1), c[None].contiguous())  # (B, T, H)
-        return self.out(torch.cat([states, ctx, emb], dim=-1))
+        logits: torch.Tensor = self.out(torch.cat([states, ctx, emb], dim=-1))  # (B, T, V)
+        return logits
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
                 return_attention: bool = False) -> torch.Tensor:
