@@ -23,7 +23,7 @@ Two paths behind one API, chosen by ``impl``:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +151,25 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
                         f"{value.dtype}")
 
 
+# The return type follows return_weights: the output alone, or the output and the weights.
+@overload
+def scaled_dot_product_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+    *, impl: Impl = "reference", scale: float | None = None, dropout_p: float = 0.0,
+    return_weights: Literal[False] = False,
+) -> torch.Tensor: ...
+@overload
+def scaled_dot_product_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+    *, impl: Impl = "reference", scale: float | None = None, dropout_p: float = 0.0,
+    return_weights: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def scaled_dot_product_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+    *, impl: Impl = "reference", scale: float | None = None, dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
