@@ -60,7 +60,8 @@ from course_lib.grading.questions import Question, answer_case, choice
 from course_lib.grading.records import load_record, record_path, save_record
 from course_lib.grading.registry import (answer_objects, chapter_exercises, exercise_chapters,
                                          forbidden_code_objects, get_exercise)
-from course_lib.grading.verdict import (CaseResult, _post, explain, judge, reference_output,
+from course_lib.grading.verdict import _post as _post  # the tests' (exercise postprocessing)
+from course_lib.grading.verdict import (CaseResult, explain, judge, reference_output,
                                         run_student)
 from course_lib.grading.visible import visible_tests
 

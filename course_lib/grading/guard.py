@@ -81,7 +81,7 @@ def run_guarded(fn: Callable[[], Any], forbidden: Mapping[Any, str]) -> tuple[An
         result = fn()
     finally:
         sys.setprofile(previous)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     return result, (hit[0] if hit else None)
 
 
@@ -92,4 +92,4 @@ def is_reference_call(message: str | None) -> bool:
         >>> is_reference_call(REFERENCE_CALL_MESSAGE.format(name="'toy.f'"))
         True
     """
-    return bool(message) and message.startswith(REFERENCE_CALL_MESSAGE.split("{", 1)[0])
+    return message is not None and message.startswith(REFERENCE_CALL_MESSAGE.split("{", 1)[0])

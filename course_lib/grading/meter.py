@@ -29,7 +29,7 @@ class AllocationMeter(TorchDispatchMode):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.largest = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),

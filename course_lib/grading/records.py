@@ -67,13 +67,14 @@ def save_record(path: Path, *, output: Any = None, error: str | None = None,
     if largest is not None:
         meta["largest"] = int(largest)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, __meta__=np.array(json.dumps(meta)), **arrays)
+    payload: dict[str, Any] = {"__meta__": np.array(json.dumps(meta)), **arrays}
+    np.savez(path, **payload)
 
 
 def load_record(path: Path) -> dict[str, Any]:
     """Read a record written by :func:`save_record` (``allow_pickle=False``: data only)."""
     with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["__meta__"]))
+        meta: dict[str, Any] = json.loads(str(data["__meta__"]))
         arrays = {k: data[k] for k in data.files if k != "__meta__"}
     if meta.get("output") is not None:
         meta["output"] = _unflatten(meta["output"], arrays)
