@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,20 @@ CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                   "mlp.c_proj.weight")  # stored (in, out) in GPT-2 checkpoints
 #: The dtypes ``F.cross_entropy`` takes as class targets.
 TARGET_DTYPES = (torch.long, torch.uint8)
+
+if TYPE_CHECKING:
+    class GPTModules(nn.ModuleDict):
+        """The entries of ``GPT.transformer``, for the type checker only.
+
+        At run time ``GPT.transformer`` is a plain ``nn.ModuleDict``, whose entries mypy sees as
+        ``Tensor | Module``; this declares what they are.
+        """
+
+        wte: nn.Embedding
+        wpe: nn.Embedding
+        drop: nn.Dropout
+        h: nn.ModuleList  # of Block
+        ln_f: nn.LayerNorm
 
 
 @dataclass(frozen=True)
@@ -155,7 +169,8 @@ class CausalSelfAttention(nn.Module):
         mask = None if T == 1 else causal_mask(T, x.device, n_keys=n_keys)  # (T, P + T)
         y = scaled_dot_product_attention(q, k, v, mask, impl=self.attn_impl,
                                          dropout_p=self.dropout if self.training else 0.0)
-        return self.resid_dropout(self.c_proj(merge_heads(y)))  # (B, T, d)
+        out: torch.Tensor = self.resid_dropout(self.c_proj(merge_heads(y)))  # (B, T, d)
+        return out
 
 
 class MLP(nn.Module):
@@ -170,7 +185,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_stream(x, self.n_embd, any_rank=True)
-        return self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
+        out: torch.Tensor = self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
+        return out
 
 
 class Block(nn.Module):
@@ -187,7 +203,8 @@ class Block(nn.Module):
                 layer: int = 0) -> torch.Tensor:
         _check_stream(x, self.attn.n_embd)
         x = x + self.attn(self.ln_1(x), cache, layer)
-        return x + self.mlp(self.ln_2(x))
+        out: torch.Tensor = x + self.mlp(self.ln_2(x))
+        return out
 
 
 class GPT(nn.Module):
@@ -204,13 +221,13 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
+        self.transformer = cast("GPTModules", nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),  # token embeddings
             wpe=nn.Embedding(config.block_size, config.n_embd),  # learned position embeddings
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
             ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias),
-        ))
+        )))  # a plain ModuleDict; the cast only names its entries' types (GPTModules)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # weight tying: one (V, d) matrix
         self.apply(self._init_weights)
@@ -255,7 +272,8 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for layer, block in enumerate(self.transformer.h):
             x = block(x, cache, layer)  # (B, T, d)
-        return self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        logits: torch.Tensor = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        return logits
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -265,7 +283,8 @@ class GPT(nn.Module):
         to its last ``block_size`` tokens, as GPT-2's sampler does.
         """
         self._check_prefixes(tokens)
-        return self(tokens[:, -self.config.block_size:])[:, -1]
+        logits: torch.Tensor = self(tokens[:, -self.config.block_size:])  # (B, t, V)
+        return logits[:, -1]
 
     def _check_prefixes(self, tokens: torch.Tensor) -> None:
         check_ids("tokens", tokens, self.config.vocab_size, ndim=2, shape="(batch, length)")
@@ -294,7 +313,7 @@ class GPT(nn.Module):
             if isinstance(cache, KVCache) and rows is not None:
                 if not torch.equal(rows, torch.arange(len(rows), device=rows.device)):
                     cache.select(rows)
-                logits = self(tokens[:, -1:], cache)
+                logits: torch.Tensor = self(tokens[:, -1:], cache)
             else:
                 cache = KVCache(self.config.n_layer)
                 logits = self(tokens, cache)
@@ -476,8 +495,9 @@ def from_gpt2_state_dict(state_dict: dict[str, torch.Tensor], config: GPTConfig)
     ignored; a missing, misshapen or non-float weight is an error. The model takes the
     checkpoint's dtype and device.
     """
-    theirs = {k: v for k, v in state_dict.items()
-              if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    # Values may be None: a missing wte leaves the tied lm_head.weight None (reported below).
+    theirs: dict[str, torch.Tensor | None] = {
+        k: v for k, v in state_dict.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     wte = theirs.get("transformer.wte.weight")
     theirs.setdefault("lm_head.weight", wte)  # tied
     # built where the checkpoint is, so nothing is copied across devices (GPT's state is weights)
@@ -488,15 +508,15 @@ def from_gpt2_state_dict(state_dict: dict[str, torch.Tensor], config: GPTConfig)
         raise ValueError(f"state_dict keys differ from GPT's: missing "
                          f"{sorted(set(ours) - set(theirs))[:4]}, unexpected "
                          f"{sorted(set(theirs) - set(ours))[:4]}")
-    for name, tensor in theirs.items():
-        check_float_tensor(f"state_dict[{name!r}]", tensor)
+    checked = {name: check_float_tensor(f"state_dict[{name!r}]", tensor)
+               for name, tensor in theirs.items()}
     model = model.to(state_dict["transformer.wte.weight"].dtype)
     ours = model.state_dict()
     with torch.no_grad():
         for name, target in ours.items():
-            source = theirs[name].t() if name.endswith(CONV1D_WEIGHTS) else theirs[name]
+            source = checked[name].t() if name.endswith(CONV1D_WEIGHTS) else checked[name]
             if source.shape != target.shape:
                 raise ValueError(f"state_dict[{name!r}]: checkpoint shape "
-                                 f"{tuple(theirs[name].shape)} does not fit {tuple(target.shape)}")
+                                 f"{tuple(checked[name].shape)} does not fit {tuple(target.shape)}")
             target.copy_(source)
     return model
