@@ -32,8 +32,9 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from PIL import Image
 from sphinx.application import Sphinx
@@ -74,7 +75,7 @@ def citations_as_list(body: str) -> str:
     return body.replace('role="doc-biblioentry"', 'role="listitem"')
 
 
-_DISPLAY_MATH = re.compile(r'<div class="math notranslate nohighlight"[^>]*>.*?</div>', re.S)
+_DISPLAY_MATH = re.compile(r'<div class="math notranslate nohighlight"[^>]*>.*?</div>', re.DOTALL)
 
 
 def wrap_display_math(body: str) -> str:

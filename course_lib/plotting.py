@@ -85,12 +85,18 @@ def smallest_text_pt(rc: Mapping[str, Any] | None = None) -> float:
         >>> smallest_text_pt({"font.size": 10, "xtick.labelsize": "small"}) < 10
         True
     """
-    from matplotlib.font_manager import FontProperties
+    from matplotlib.font_manager import font_scalings
 
-    params = {**course_rc(), **(rc or {})}
-    with mpl.rc_context({k: v for k, v in params.items() if k in mpl.rcParams}):
-        return min(FontProperties(size=mpl.rcParams[key]).get_size_in_points()
-                   for key in TEXT_SIZES)
+    params: dict[str, Any] = {str(k): v for k, v in mpl.rcParams.items()}
+    params.update(course_rc())
+    params.update(rc or {})
+    base = float(params["font.size"])
+
+    def points(size: Any) -> float:
+        """A size in points: a number, or a name ("small", ...) relative to font.size."""
+        return base * font_scalings[size] if isinstance(size, str) else float(size)
+
+    return min(points(params[key]) for key in TEXT_SIZES)
 
 
 def use_course_style() -> None:

@@ -30,9 +30,10 @@ import hashlib
 import io
 import sys
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: axe-core, installed by the Makefile (``npm install axe-core@<pinned>``, no browser download).
@@ -199,7 +200,8 @@ def figure_problems(figures: Sequence[dict[str, Any]], digests: dict[str, str]) 
     ...                 {"a.png": "1", "b.png": "1"})
     ['no text alternative: b.png', 'shown twice: b.png (same image as a.png)']
     """
-    out, first = [], {}
+    out: list[str] = []
+    first: dict[str, str] = {}
     for fig in figures:
         alt = (fig.get("alt") or "").strip()
         if not alt or alt.lower().endswith((".png", ".svg", ".jpg", ".jpeg")):
@@ -261,8 +263,8 @@ def weight_problems(bytes_loaded: int, requests: int, limit: int = MAX_CHAPTER_B
     """
     if bytes_loaded <= limit:
         return []
-    return [f"first visit loads {bytes_loaded / 1e6:.2f} MB in {requests} requests "
-            f"(at most {limit / 1e6:.2f} MB)"]
+    return [(f"first visit loads {bytes_loaded / 1e6:.2f} MB in {requests} requests "
+             f"(at most {limit / 1e6:.2f} MB)")]
 
 
 # ------------------------------------------------------------------ in the browser
