@@ -54,7 +54,8 @@ def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync: Callable[[], None] = (torch.cuda.synchronize if torch.cuda.is_available()
+                                else (lambda: None))
     for _ in range(warmup):
         fn()
     times = []
@@ -131,7 +132,8 @@ class SelfAttentionLayer(nn.Module):
                              f"{tuple(x.shape)}")
         q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).chunk(3, dim=-1))
         y = scaled_dot_product_attention(q, k, v, impl="reference")  # (B, h, n, d_head)
-        return self.out(merge_heads(y))                               # (B, n, d)
+        out: torch.Tensor = self.out(merge_heads(y))                  # (B, n, d)
+        return out
 
 
 def make_layer(kind: Kind, d: int) -> nn.Module:

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -103,7 +103,8 @@ def learning_rate(n_embd: int) -> float:
         >>> learning_rate(32)
         0.02
     """
-    return 0.02 * (32 / n_embd) ** (1 / 3)
+    lr: float = 0.02 * (32 / n_embd) ** (1 / 3)
+    return lr
 
 
 def make_run(n_embd: int, n_layer: int, n_head: int, budget: float, heldout: bool = False,
@@ -294,7 +295,7 @@ CONFIG_COLUMNS: tuple[str, ...] = ("name", "n_embd", "n_layer", "n_head", "steps
                                    "warmup", "budget", "heldout", "seed")
 
 
-def _open_text(path: Path | str, mode: str) -> io.TextIOBase:
+def _open_text(path: Path | str, mode: str) -> IO[str]:
     """A text file, gzip-compressed when the name ends in ``.gz`` (reproducible: no timestamp)."""
     if str(path).endswith(".gz"):
         raw = gzip.GzipFile(path, mode + "b", mtime=0)
