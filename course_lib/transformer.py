@@ -106,7 +106,8 @@ class FeedForward(nn.Module):
         return F.relu(self.linear1(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.memory_coefficients(x)))
+        out: torch.Tensor = self.linear2(self.dropout(self.memory_coefficients(x)))
+        return out
 
     @property
     def keys(self) -> torch.Tensor:
@@ -369,6 +370,8 @@ class Embedding(nn.Module):
         torch.Size([1, 3, 8])
     """
 
+    pe: torch.Tensor  # (max_len, d) buffer
+
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.0,
                  positions: bool = True) -> None:
         super().__init__()
@@ -393,7 +396,8 @@ class Embedding(nn.Module):
         x = self.tok(tokens) * math.sqrt(self.d_model)  # (B, T, d)
         if self.positions:
             x = x + self.pe[: tokens.shape[1]].to(x.dtype)
-        return self.dropout(x)
+        out: torch.Tensor = self.dropout(x)
+        return out
 
 
 class Transformer(nn.Module):
@@ -443,7 +447,9 @@ class Transformer(nn.Module):
                              f"{tuple(src.shape)}, got {src_padding.dtype} "
                              f"{tuple(src_padding.shape)}")
         mask = None if src_padding is None else key_padding_mask(src_padding)  # (B, 1, 1, S)
-        return self.encoder(self.src_embed(src), mask, need_weights)
+        encoded: tuple[torch.Tensor, list[Weights]] = self.encoder(
+            self.src_embed(src), mask, need_weights)
+        return encoded
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
                src_padding: torch.Tensor | None = None, need_weights: bool = False,
