@@ -243,7 +243,8 @@ class LlamaAttention(nn.Module):
         k, v = repeat_kv(k, h // g), repeat_kv(v, h // g)  # (B, h, n, d_h)
         mask = attention_mask(q_pos, k_pos, c.sliding_window)  # (T, n)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d_h)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, h * dh))
+        out: torch.Tensor = self.o_proj(y.transpose(1, 2).reshape(B, T, h * dh))  # (B, T, d)
+        return out
 
 
 class LlamaMLP(nn.Module):
@@ -264,8 +265,10 @@ class LlamaMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_stream(x, self.up_proj.in_features, any_rank=True)
         if self.kind == "swiglu":
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
+            out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        else:
+            out = self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
+        return out
 
 
 def _norm(config: LlamaConfig) -> nn.Module:
@@ -290,7 +293,8 @@ class LlamaDecoderLayer(nn.Module):
                 start: int) -> torch.Tensor:
         _check_stream(x, self.self_attn.config.hidden_size)
         x = x + self.self_attn(self.input_layernorm(x), cache, layer, start)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 class LlamaModel(nn.Module):
@@ -322,7 +326,8 @@ class LlamaModel(nn.Module):
             x = x + table[start:].to(device=x.device, dtype=x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cache, i, start)
-        return self.norm(x)
+        out: torch.Tensor = self.norm(x)
+        return out
 
 
 class LlamaForCausalLM(nn.Module):
@@ -355,7 +360,8 @@ class LlamaForCausalLM(nn.Module):
             nn.init.normal_(module.weight, std=self.config.init_std)
 
     def forward(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        return self.lm_head(self.model(ids, cache))  # (B, T, V)
+        logits: torch.Tensor = self.lm_head(self.model(ids, cache))  # (B, T, V)
+        return logits
 
     def new_cache(self) -> KVCache:
         """An empty cache (rolling when the model has a sliding window)."""
@@ -430,4 +436,5 @@ def load_runs(path: Path = RUNS_PATH) -> dict[str, Any]:
     """The shipped results of ``scripts/modern_decoder_runs.py`` (``MODERN_DECODER_RUNS.md``)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run scripts/modern_decoder_runs.py")
-    return json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+    runs: dict[str, Any] = json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+    return runs
