@@ -158,7 +158,8 @@ class _RecallModel(nn.Module, metaclass=ABCMeta):
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} "
                              f"and {tuple(values.shape)}")
-        return self.key_embedding(keys) + self.value_embedding(values)  # (B, T, d)
+        x: torch.Tensor = self.key_embedding(keys) + self.value_embedding(values)  # (B, T, d)
+        return x
 
     @abstractmethod
     def mix(self, x: torch.Tensor) -> torch.Tensor:
@@ -166,7 +167,8 @@ class _RecallModel(nn.Module, metaclass=ABCMeta):
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, n_values)`` for the value asked by the last token."""
-        return self.readout(self.mix(self.embed(keys, values)))
+        logits: torch.Tensor = self.readout(self.mix(self.embed(keys, values)))
+        return logits
 
 
 class LinearMixer(_RecallModel):
@@ -199,8 +201,8 @@ class GRUModel(_RecallModel):
         self.gru = nn.GRU(d_model, d_model, num_layers=n_layers, batch_first=True)
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
-        states, _ = self.gru(x)  # (B, T, d)
-        return states[:, -1]     # (B, d)
+        states: torch.Tensor = self.gru(x)[0]  # (B, T, d)
+        return states[:, -1]                   # (B, d)
 
 
 class DilatedCNN(_RecallModel):
@@ -248,6 +250,8 @@ class AttentionModel(_RecallModel):
     def attention_weights(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """The query's attention weights ``(B, h, T)`` on an input."""
         _, weights = self.attend(self.embed(keys, values), need_weights=True)
+        if weights is None:
+            raise RuntimeError("the attention returned no weights though need_weights=True")
         return weights[:, :, 0]
 
 
