@@ -20,7 +20,7 @@ Kaiming-uniform; ``lora_B`` ``(out, r)``, zeros; ``scaling = lora_alpha / r``), 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
@@ -126,7 +126,7 @@ class LoRALinear(nn.Module):
         self.r, self.alpha = r, float(alpha)
         for p in base.parameters():
             p.requires_grad_(False)
-        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
+        factory: dict[str, Any] = {"device": base.weight.device, "dtype": base.weight.dtype}
         self.lora_A = nn.Parameter(torch.empty(r, base.in_features, **factory))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **factory))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # peft's (and nn.Linear's) init

@@ -17,6 +17,8 @@ All weights keep ``nn.Linear``'s layout, ``y = x W^T + b`` with ``W`` shaped ``(
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -82,10 +84,11 @@ def copy_from_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> No
     ``encoder.norm`` and ``decoder.norm`` to ``None`` first. Embeddings and the output layer are
     not part of ``torch.nn.Transformer``.
     """
+    # ModuleLists are untyped: ours hold EncoderLayers and DecoderLayers, torch's its own.
     for a, b in zip(ours.encoder.layers, theirs.encoder.layers):
-        copy_from_torch_encoder_layer(a, b)
+        copy_from_torch_encoder_layer(cast(EncoderLayer, a), cast(nn.TransformerEncoderLayer, b))
     for a, b in zip(ours.decoder.layers, theirs.decoder.layers):
-        copy_from_torch_decoder_layer(a, b)
+        copy_from_torch_decoder_layer(cast(DecoderLayer, a), cast(nn.TransformerDecoderLayer, b))
     for mine, torch_norm in ((ours.encoder.norm, theirs.encoder.norm),
                              (ours.decoder.norm, theirs.decoder.norm)):
         if (mine is None) != (torch_norm is None):
@@ -121,7 +124,8 @@ def _attention_weights(mha: nn.MultiheadAttention, w: str, b: str) -> dict[str, 
             f"{b}_q": b_q, f"{b}_k": b_k, f"{b}_v": b_v, f"{b}_o": mha.out_proj.bias.detach()}
 
 
-def _ffn_and_norms(layer: nn.Module, n_norms: int) -> dict[str, torch.Tensor]:
+def _ffn_and_norms(layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+                   n_norms: int) -> dict[str, torch.Tensor]:
     out = {"w_1": layer.linear1.weight.detach(), "b_1": layer.linear1.bias.detach(),
            "w_2": layer.linear2.weight.detach(), "b_2": layer.linear2.bias.detach()}
     for i in range(1, n_norms + 1):
