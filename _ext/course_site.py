@@ -21,11 +21,11 @@ What it adds to Jupyter Book / sphinx-book-theme:
   chapter's executed run glued (as the prose's ``{glue:text}`NAME:FORMAT``` shows it). A figure
   without its own alt text is a build warning (an error under ``--warningiserror``) naming the
   chapter, section and cell; a name the chapter did not glue is a build error.
+* **Every bib/*.bib is read** (``bibtex_bibfiles`` plus the files it does not list), so the
+  bibliography page (``:all:``) is the whole course's.
 
 Accessibility, the phone layout and the pages' weight are the companion extension's
 (``_ext/course_pages.py``).
-* **Every bib/*.bib is read** (``bibtex_bibfiles`` plus the files it does not list), so the
-  bibliography page (``:all:``) is the whole course's.
 
 The functions above the Sphinx hooks take plain values and are unit-tested in tests/test_site.py
 without a build.
