@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -179,7 +179,24 @@ def build_model(config: ArithmeticConfig) -> gpt.GPT:
                                  n_embd=config.n_embd))
 
 
-def train_variant(config: ArithmeticConfig, chain_of_thought: bool,
+class TrainingFields(Protocol):
+    """The fields :func:`train_variant` reads (:class:`ArithmeticConfig` and chapter 9's config)."""
+
+    @property
+    def train_steps(self) -> tuple[int, ...]: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def warmup_steps(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+
+
+def train_variant(config: TrainingFields, chain_of_thought: bool,
                   device: torch.device | str = "cpu", progress: bool = False, *,
                   model_fn: Callable[[Any], gpt.GPT] = build_model,
                   batch_fn: Callable[..., tuple[torch.Tensor, ...]] = make_batch,
@@ -231,9 +248,10 @@ def accuracy(model: gpt.GPT, config: ArithmeticConfig, k: int, chain_of_thought:
 
 
 def run(config: ArithmeticConfig, device: torch.device | str = "cpu",
-        progress: bool = False) -> dict:
+        progress: bool = False) -> dict[str, Any]:
     """Train both variants and measure accuracy at every test k: what the script ships."""
-    results: dict = {"config": asdict(config), "accuracy": {}, "final_loss": {}, "seconds": {}}
+    results: dict[str, Any] = {"config": asdict(config), "accuracy": {}, "final_loss": {},
+                               "seconds": {}}
     for cot in (False, True):
         name = VARIANTS[int(cot)]
         model, history = train_variant(config, cot, device, progress)
@@ -245,7 +263,8 @@ def run(config: ArithmeticConfig, device: torch.device | str = "cpu",
     return results
 
 
-def load_results(name: str = "short") -> dict:
+def load_results(name: str = "short") -> dict[str, Any]:
     """The shipped results of ``scripts/train_chain_of_thought.py --config name``."""
-    return finetune.load_json_xz(results_path(name),
-                                 f"scripts/train_chain_of_thought.py --config {name}")
+    results: dict[str, Any] = finetune.load_json_xz(
+        results_path(name), f"scripts/train_chain_of_thought.py --config {name}")
+    return results

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import lzma
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -135,7 +136,9 @@ def read_base_file(path: Path = BASE_MODEL_PATH) -> dict[str, Any]:
     """The shipped file: ``recipe`` (a dict), ``vocabulary``, ``state_dict``, ``val_loss``."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; train it with scripts/train_base_model.py")
-    return torch.load(io.BytesIO(lzma.decompress(path.read_bytes())), weights_only=True)
+    saved: dict[str, Any] = torch.load(io.BytesIO(lzma.decompress(path.read_bytes())),
+                                       weights_only=True)
+    return saved
 
 
 def load_base_model(device: torch.device | str = "cpu", path: Path = BASE_MODEL_PATH,
@@ -355,7 +358,7 @@ def finetune_method(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig
     rng = random.Random(config.seed)
     device = next(model.parameters()).device
 
-    def batches():
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
         while True:
             yield tuple(t.to(device) for t in encode_pairs(rng.sample(pairs, config.batch_size),
                                                           vocabulary))
@@ -458,7 +461,8 @@ def forgetting_run(base: gpt.GPT, vocabulary: list[str], config: ForgettingConfi
 
 def load_forgetting(path: Path = FORGETTING_PATH) -> dict[str, Any]:
     """The shipped forgetting sweep of ``scripts/finetune_runs.py --forgetting``."""
-    return load_json_xz(path, "scripts/finetune_runs.py --forgetting")
+    sweep: dict[str, Any] = load_json_xz(path, "scripts/finetune_runs.py --forgetting")
+    return sweep
 
 
 def save_json_xz(data: Any, path: Path) -> None:
@@ -479,7 +483,8 @@ def load_json_xz(path: Path, made_by: str) -> Any:
 
 def load_runs(path: Path = RUNS_PATH) -> dict[str, Any]:
     """The shipped results of ``scripts/finetune_runs.py`` (one entry per method)."""
-    return load_json_xz(path, "scripts/finetune_runs.py")
+    runs: dict[str, Any] = load_json_xz(path, "scripts/finetune_runs.py")
+    return runs
 
 
 def measure_costs(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig = FINETUNE_CONFIG,

@@ -20,7 +20,7 @@ projection scales each head's slice by its gate (:func:`head_gates`, :func:`head
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -51,8 +51,9 @@ def attention_layers(model: nn.Module) -> list[tuple[nn.Module, nn.Linear, int]]
     return found
 
 
-def _gate_hook(gate: torch.Tensor, n_heads: int) -> Callable[[nn.Module, tuple], tuple]:
-    def hook(module: nn.Module, inputs: tuple) -> tuple:
+def _gate_hook(gate: torch.Tensor, n_heads: int,
+               ) -> Callable[[nn.Module, tuple[Any, ...]], tuple[Any, ...]]:
+    def hook(module: nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         x = inputs[0]                                                # (B, T, h * d_head)
         B, T, d = x.shape
         heads = x.reshape(B, T, n_heads, d // n_heads) * gate.to(x.dtype)[:, None]

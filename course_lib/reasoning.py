@@ -26,7 +26,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -341,9 +341,10 @@ def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
     return model.to(device).eval()
 
 
-def load_results(part: str) -> dict:
+def load_results(part: str) -> dict[str, Any]:
     """The shipped results of ``scripts/train_reasoning.py --part cot|rl``."""
     if part not in ("cot", "rl"):
         raise ValueError(f"part must be 'cot' or 'rl', got {part!r}")
-    return finetune.load_json_xz(DATA_DIR / f"reasoning_{part}.json.xz",
-                                 f"scripts/train_reasoning.py --part {part}")
+    results: dict[str, Any] = finetune.load_json_xz(DATA_DIR / f"reasoning_{part}.json.xz",
+                                                    f"scripts/train_reasoning.py --part {part}")
+    return results
