@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator, cast
 
 import torch
 import torch.nn.functional as F
@@ -224,15 +224,16 @@ class WindowEmbedding(nn.Module):
         super().__init__()
         _check_length(window, "window")
         self.window, self.pad_id = window, pad_id
-        self.tables = nn.ModuleList(nn.Embedding(vocab_size, d_model) for _ in range(window))
-        for table in self.tables:
+        tables = [nn.Embedding(vocab_size, d_model) for _ in range(window)]
+        for table in tables:
             nn.init.normal_(table.weight, mean=0.0, std=0.02)
+        self.tables = nn.ModuleList(tables)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        _check_ids(ids, self.tables[0].num_embeddings)
+        _check_ids(ids, cast(nn.Embedding, self.tables[0]).num_embeddings)  # tables: Embeddings
         T = ids.shape[1]
         padded = F.pad(ids, (self.window - 1, 0), value=self.pad_id)  # (B, w-1+T)
-        out = self.tables[0](ids)  # (B, T, d)
+        out: torch.Tensor = self.tables[0](ids)  # (B, T, d)
         for offset in range(1, self.window):
             start = self.window - 1 - offset
             out = out + self.tables[offset](padded[:, start:start + T])  # x_{t-offset}
@@ -280,7 +281,8 @@ class CopyTransformer(nn.Module):
         x = self.embed(ids)  # (B, T, d)
         for block in self.blocks:
             x = block(x)  # (B, T, d)
-        return self.head(self.ln_f(x))  # (B, T, V)
+        logits: torch.Tensor = self.head(self.ln_f(x))  # (B, T, V)
+        return logits
 
 
 class CopyGRU(nn.Module):
@@ -312,7 +314,8 @@ class CopyGRU(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         _check_ids(ids, self.task.vocab_size)
         states, _ = self.rnn(self.embed(ids))  # (B, T, H)
-        return self.head(states)  # (B, T, V)
+        logits: torch.Tensor = self.head(states)  # (B, T, V)
+        return logits
 
 
 def count_params(model: nn.Module) -> int:
@@ -440,7 +443,7 @@ def attention_map(model: CopyTransformer, ids: torch.Tensor, layer: int = 0) -> 
         (torch.Size([1, 1, 5, 5]), True)
     """
     _check_ids(ids, model.task.vocab_size)
-    attn = model.blocks[layer].attn
+    attn = cast(Block, model.blocks[layer]).attn  # blocks holds gpt.Blocks
     seen: list[torch.Tensor] = []
     handle = attn.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     try:
@@ -453,7 +456,8 @@ def attention_map(model: CopyTransformer, ids: torch.Tensor, layer: int = 0) -> 
     q, k = (t.view(B, T, attn.n_head, d // attn.n_head).transpose(1, 2) for t in (q, k))
     scores = q @ k.transpose(-2, -1) / math.sqrt(d // attn.n_head)  # (B, h, T, T)
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    return scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    weights: torch.Tensor = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    return weights
 
 
 @torch.no_grad()
@@ -504,7 +508,7 @@ QUICK_SETUP = CopyingSetup(lengths=(1, 4, 16, 32, 64), steps=40, n_strings=50)
 
 
 def compare_copying(*, seed: int = 0, device: torch.device | str | None = None,
-                    quick: bool | None = None) -> dict:
+                    quick: bool | None = None) -> dict[str, Any]:
     """Train a Transformer and a GRU of about the same size to copy; accuracy against length.
 
     Both models are built, trained on the same batches and tested on the same strings
