@@ -11,15 +11,20 @@ one. Cases are seeded and built on the CPU with torch and ``_common`` only.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from course_lib import attention, multihead, positional
-from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
-                                          randn)
+from course_lib.exercises._common import (Inputs, f32, f64, gen, lengths_mask, lower_triangle,
+                                          pick, randn)
 from course_lib.grading import Case, Exercise, Question, Slip
+
+#: What an attention slip returns: (output, weights).
+_Pair = tuple[torch.Tensor, torch.Tensor]
+#: What a cache-step slip returns: (output, keys, values).
+_Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _weights_problem(weights: np.ndarray, expected: np.ndarray,
@@ -38,7 +43,7 @@ def _weights_problem(weights: np.ndarray, expected: np.ndarray,
         index = tuple(int(i) for i in np.argwhere(leaked)[0])
         return (f"masked position (query {index[-2]}, key {index[-1]}) got weight "
                 f"{w[index]:.3g}; masked keys must get exactly zero weight")
-    sums, target = w.sum(axis=-1), allowed.any(axis=-1).astype(np.float64)
+    sums, target = w.sum(axis=-1), np.asarray(allowed.any(axis=-1), dtype=np.float64)
     off = np.abs(sums - target) > 1e-4
     if off.any():
         index = tuple(int(i) for i in np.argwhere(off)[0])
@@ -107,19 +112,23 @@ def _sdpa_cases() -> list[Case]:
     ]
 
 
-def _sdpa_unscaled(query, key, value, mask=None):
+def _sdpa_unscaled(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> _Pair:
     return _attend(query, key, value, mask, scale=1.0)
 
 
-def _sdpa_by_d_v(query, key, value, mask=None):
+def _sdpa_by_d_v(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 mask: torch.Tensor | None = None) -> _Pair:
     return _attend(query, key, value, mask, scale=1.0 / math.sqrt(value.shape[-1]))
 
 
-def _sdpa_no_mask(query, key, value, mask=None):
+def _sdpa_no_mask(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  mask: torch.Tensor | None = None) -> _Pair:
     return _attend(query, key, value)
 
 
-def _sdpa_nan_rows(query, key, value, mask=None):
+def _sdpa_nan_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> _Pair:
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -127,11 +136,13 @@ def _sdpa_nan_rows(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def _sdpa_over_queries(query, key, value, mask=None):
+def _sdpa_over_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       mask: torch.Tensor | None = None) -> _Pair:
     return _attend(query, key, value, mask, dim=-2)
 
 
-def _sdpa_naive_exp(query, key, value, mask=None):
+def _sdpa_naive_exp(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> _Pair:
     e = torch.exp(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]))  # overflows
     if mask is not None:
         e = e * mask
@@ -177,10 +188,12 @@ def _step_cases() -> list[Case]:
     ]
 
 
-def _step_with(x, w_q, w_k, w_v, cache_k, cache_v, *, transpose=True, self_too=True,
-               scale=None, prepend=False):
+def _step_with(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+               cache_k: torch.Tensor, cache_v: torch.Tensor, *, transpose: bool = True,
+               self_too: bool = True, scale: float | None = None, prepend: bool = False) -> _Step:
     """The cache step written out, with switches for the slips (torch only)."""
-    proj = (lambda w: x @ w.T) if transpose else (lambda w: x @ w)
+    proj: Callable[[torch.Tensor], torch.Tensor] = ((lambda w: x @ w.T) if transpose
+                                                    else (lambda w: x @ w))
     q, k, v = proj(w_q), proj(w_k), proj(w_v)
     if prepend:
         new_k = torch.cat([k[:, None], cache_k], 1)
@@ -193,23 +206,28 @@ def _step_with(x, w_q, w_k, w_v, cache_k, cache_v, *, transpose=True, self_too=T
     return y[:, 0], new_k, new_v
 
 
-def _step_x_at_w(x, w_q, w_k, w_v, cache_k, cache_v):
+def _step_x_at_w(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                 cache_k: torch.Tensor, cache_v: torch.Tensor) -> _Step:
     return _step_with(x, w_q, w_k, w_v, cache_k, cache_v, transpose=False)
 
 
-def _step_not_itself(x, w_q, w_k, w_v, cache_k, cache_v):
+def _step_not_itself(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                     cache_k: torch.Tensor, cache_v: torch.Tensor) -> _Step:
     return _step_with(x, w_q, w_k, w_v, cache_k, cache_v, self_too=False)
 
 
-def _step_by_d_model(x, w_q, w_k, w_v, cache_k, cache_v):
+def _step_by_d_model(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                     cache_k: torch.Tensor, cache_v: torch.Tensor) -> _Step:
     return _step_with(x, w_q, w_k, w_v, cache_k, cache_v, scale=1.0 / math.sqrt(x.shape[-1]))
 
 
-def _step_prepended(x, w_q, w_k, w_v, cache_k, cache_v):
+def _step_prepended(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                    cache_k: torch.Tensor, cache_v: torch.Tensor) -> _Step:
     return _step_with(x, w_q, w_k, w_v, cache_k, cache_v, prepend=True)
 
 
-def _step_old_caches(x, w_q, w_k, w_v, cache_k, cache_v):
+def _step_old_caches(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                     cache_k: torch.Tensor, cache_v: torch.Tensor) -> _Step:
     y, _, _ = _step_with(x, w_q, w_k, w_v, cache_k, cache_v)
     return y, cache_k, cache_v
 
@@ -282,12 +300,16 @@ def _mha_cases() -> list[Case]:
     ]
 
 
-def _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None, *, transpose=True,
-              scale_by_d=False, split="blocks", merge_transposes=True, project_out=True):
+def _mha_with(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w_q: torch.Tensor,
+              w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+              mask: torch.Tensor | None = None, *, transpose: bool = True, scale_by_d: bool = False,
+              split: str = "blocks", merge_transposes: bool = True,
+              project_out: bool = True) -> _Pair:
     """Multi-head attention written out, with switches for the slips (torch only)."""
-    proj = (lambda x, w: x @ w.T) if transpose else (lambda x, w: x @ w)
+    proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+        (lambda x, w: x @ w.T) if transpose else (lambda x, w: x @ w))
 
-    def heads(x):
+    def heads(x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
         if split == "strided":
             return x.view(B, T, d // n_heads, n_heads).permute(0, 3, 1, 2)
@@ -303,23 +325,33 @@ def _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None, *, tran
     return (proj(merged, w_o) if project_out else merged), weights
 
 
-def _mha_x_at_w(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None):
+def _mha_x_at_w(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w_q: torch.Tensor,
+                w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+                mask: torch.Tensor | None = None) -> _Pair:
     return _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask, transpose=False)
 
 
-def _mha_by_d(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None):
+def _mha_by_d(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w_q: torch.Tensor,
+              w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+              mask: torch.Tensor | None = None) -> _Pair:
     return _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask, scale_by_d=True)
 
 
-def _mha_strided(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None):
+def _mha_strided(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w_q: torch.Tensor,
+                 w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+                 mask: torch.Tensor | None = None) -> _Pair:
     return _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask, split="strided")
 
 
-def _mha_reshaped(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None):
+def _mha_reshaped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w_q: torch.Tensor,
+                  w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+                  mask: torch.Tensor | None = None) -> _Pair:
     return _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask, split="reshape")
 
 
-def _mha_merge_reshaped(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask=None):
+def _mha_merge_reshaped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor,
+                        n_heads: int, mask: torch.Tensor | None = None) -> _Pair:
     return _mha_with(query, key, value, w_q, w_k, w_v, w_o, n_heads, mask,
                      merge_transposes=False)
 
@@ -346,34 +378,36 @@ def sinusoidal_encoding(n_positions: int, d_model: int,
 
 
 def _sinusoidal_cases() -> list[Case]:
+    def sizes(n: int, d: int, dt: torch.dtype) -> Inputs:
+        return lambda: {"n_positions": n, "d_model": d, "dtype": dt}
+
     specs = [("float32, one position, d_model 2", 1, 2, f32, 1e-4),
              ("float32, 10 positions, d_model 16", 10, 16, f32, 1e-4),
              ("float64, 50 positions, d_model 64", 50, 64, f64, None),
              ("float32, 128 positions, d_model 6", 128, 6, f32, 1e-4),
              ("float64, 7 positions, d_model 32", 7, 32, f64, None)]
-    return [Case(name, (lambda n=n, d=d, dt=dt: {"n_positions": n, "d_model": d, "dtype": dt}),
-                 atol=atol)
+    return [Case(name, sizes(n, d, dt), atol=atol)
             for name, n, d, dt, atol in specs] + [
         Case("float64, a size drawn for this grading run", lambda: {
             "n_positions": pick(301, 3, 60), "d_model": 2 * pick(302, 2, 20), "dtype": f64})]
 
 
-def _table(n_positions, d_model, exponent):
+def _table(n_positions: int, d_model: int, exponent: torch.Tensor) -> torch.Tensor:
     t = torch.arange(n_positions, dtype=f64)[:, None]
     return t * 10000.0 ** (-exponent / d_model)
 
 
-def _pe_swapped(n_positions, d_model, dtype=f32):
+def _pe_swapped(n_positions: int, d_model: int, dtype: torch.dtype = f32) -> torch.Tensor:
     angles = _table(n_positions, d_model, torch.arange(0, d_model, 2, dtype=f64))
     return torch.stack([angles.cos(), angles.sin()], -1).reshape(n_positions, d_model).to(dtype)
 
 
-def _pe_blocked(n_positions, d_model, dtype=f32):
+def _pe_blocked(n_positions: int, d_model: int, dtype: torch.dtype = f32) -> torch.Tensor:
     angles = _table(n_positions, d_model, torch.arange(0, d_model, 2, dtype=f64))
     return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)
 
 
-def _pe_pair_index(n_positions, d_model, dtype=f32):
+def _pe_pair_index(n_positions: int, d_model: int, dtype: torch.dtype = f32) -> torch.Tensor:
     angles = _table(n_positions, d_model, torch.arange(d_model // 2, dtype=f64))
     return torch.stack([angles.sin(), angles.cos()], -1).reshape(n_positions, d_model).to(dtype)
 
@@ -395,18 +429,22 @@ def relative_position_map(shift: int, d_model: int,
 
 
 def _relative_cases() -> list[Case]:
+    def shifted(s: int, d: int, dt: torch.dtype) -> Inputs:
+        return lambda: {"shift": s, "d_model": d, "dtype": dt}
+
     specs = [("float32, shift 0", 0, 8, f32),
              ("float32, shift 1, d_model 2", 1, 2, f32),
              ("float64, shift 5, d_model 16", 5, 16, f64),
              ("float64, negative shift, d_model 8", -3, 8, f64),
              ("float32, shift 12, d_model 32", 12, 32, f32)]
-    return [Case(name, (lambda s=s, d=d, dt=dt: {"shift": s, "d_model": d, "dtype": dt}))
+    return [Case(name, shifted(s, d, dt))
             for name, s, d, dt in specs] + [
         Case("float64, a shift and size drawn for this grading run", lambda: {
             "shift": pick(401, -30, 30), "d_model": 2 * pick(402, 2, 12), "dtype": f64})]
 
 
-def _rotation(shift, d_model, dtype, upper, lower):
+def _rotation(shift: int, d_model: int, dtype: torch.dtype, upper: float,
+              lower: float) -> torch.Tensor:
     """Block-diagonal 2 x 2 blocks [[cos, upper * sin], [lower * sin, cos]] (torch only)."""
     omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=f64) / d_model)
     c, s = torch.cos(shift * omega), torch.sin(shift * omega)
@@ -416,11 +454,11 @@ def _rotation(shift, d_model, dtype, upper, lower):
     return m.to(dtype)
 
 
-def _map_transposed(shift, d_model, dtype=f32):
+def _map_transposed(shift: int, d_model: int, dtype: torch.dtype = f32) -> torch.Tensor:
     return _rotation(shift, d_model, dtype, upper=-1.0, lower=1.0)
 
 
-def _map_same_signs(shift, d_model, dtype=f32):
+def _map_same_signs(shift: int, d_model: int, dtype: torch.dtype = f32) -> torch.Tensor:
     return _rotation(shift, d_model, dtype, upper=1.0, lower=1.0)
 
 
