@@ -22,7 +22,7 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -64,33 +64,40 @@ def _lora_forward_cases() -> list[Case]:
     ]
 
 
-def _lora_bound(inputs: dict[str, Any]) -> int:
+def _lora_bound(inputs: Mapping[str, Any]) -> int:
     """Without B A the largest new tensor is the output, x's size or x A^T: rows x max(in, out)."""
-    x, weight = inputs["x"], inputs["weight"]
+    x: torch.Tensor = inputs["x"]
+    weight: torch.Tensor = inputs["weight"]
+    lora_a: torch.Tensor = inputs["lora_a"]
     rows = x.numel() // x.shape[-1]
-    return rows * max(weight.shape[0], weight.shape[1], inputs["lora_a"].shape[0])
+    return rows * max(weight.shape[0], weight.shape[1], lora_a.shape[0])
 
 
-def _lora_alpha_only(x, weight, bias, lora_a, lora_b, alpha):
+def _lora_alpha_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
     out = x @ weight.T + alpha * (x @ lora_a.T) @ lora_b.T
     return out + bias if bias is not None else out
 
 
-def _lora_r_over_alpha(x, weight, bias, lora_a, lora_b, alpha):
+def _lora_r_over_alpha(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
     out = x @ weight.T + (lora_a.shape[0] / alpha) * (x @ lora_a.T) @ lora_b.T
     return out + bias if bias is not None else out
 
 
-def _lora_unscaled(x, weight, bias, lora_a, lora_b, alpha):
+def _lora_unscaled(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
     out = x @ weight.T + (x @ lora_a.T) @ lora_b.T
     return out + bias if bias is not None else out
 
 
-def _lora_no_bias(x, weight, bias, lora_a, lora_b, alpha):
+def _lora_no_bias(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
     return x @ weight.T + (alpha / lora_a.shape[0]) * (x @ lora_a.T) @ lora_b.T
 
 
-def _lora_no_base(x, weight, bias, lora_a, lora_b, alpha):
+def _lora_no_base(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  lora_a: torch.Tensor, lora_b: torch.Tensor, alpha: float) -> torch.Tensor:
     out = (alpha / lora_a.shape[0]) * (x @ lora_a.T) @ lora_b.T
     return out + bias if bias is not None else out
 
@@ -109,7 +116,8 @@ _LORA_FORWARD_SLIPS = (
 
 
 def _merge_cases() -> list[Case]:
-    def build(seed: int, d_out: int, d_in: int, r: int, alpha: float, dtype=f32):
+    def build(seed: int, d_out: int, d_in: int, r: int, alpha: float,
+              dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             return {"weight": randn(seed, d_out, d_in, dtype=dtype),
                     "lora_a": randn(seed + 1, r, d_in, dtype=dtype),
@@ -123,19 +131,23 @@ def _merge_cases() -> list[Case]:
     ]
 
 
-def _merge_alpha_only(weight, lora_a, lora_b, alpha):
+def _merge_alpha_only(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                      alpha: float) -> torch.Tensor:
     return weight + alpha * lora_b @ lora_a
 
 
-def _merge_unscaled(weight, lora_a, lora_b, alpha):
+def _merge_unscaled(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                    alpha: float) -> torch.Tensor:
     return weight + lora_b @ lora_a
 
 
-def _merge_delta_only(weight, lora_a, lora_b, alpha):
+def _merge_delta_only(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                      alpha: float) -> torch.Tensor:
     return (alpha / lora_a.shape[0]) * lora_b @ lora_a
 
 
-def _merge_transposed(weight, lora_a, lora_b, alpha):
+def _merge_transposed(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                      alpha: float) -> torch.Tensor:
     return weight + (alpha / lora_a.shape[0]) * (lora_b @ lora_a).T
 
 
@@ -168,27 +180,27 @@ def _trainable_cases() -> list[Case]:
     ]
 
 
-def _trainable_full_matrices(n_layer, n_embd, r):
+def _trainable_full_matrices(n_layer: int, n_embd: int, r: int) -> int:
     return n_layer * r * (3 + 1 + 4 + 4) * n_embd ** 2
 
 
-def _trainable_attention_only(n_layer, n_embd, r):
+def _trainable_attention_only(n_layer: int, n_embd: int, r: int) -> int:
     return n_layer * r * (4 + 2) * n_embd
 
 
-def _trainable_square_mlp(n_layer, n_embd, r):
+def _trainable_square_mlp(n_layer: int, n_embd: int, r: int) -> int:
     return n_layer * r * (4 + 2 + 2 + 2) * n_embd
 
 
-def _trainable_square_qkv(n_layer, n_embd, r):
+def _trainable_square_qkv(n_layer: int, n_embd: int, r: int) -> int:
     return n_layer * r * (2 + 2 + 5 + 5) * n_embd
 
 
-def _trainable_one_layer(n_layer, n_embd, r):
+def _trainable_one_layer(n_layer: int, n_embd: int, r: int) -> int:
     return r * 16 * n_embd
 
 
-def _trainable_a_only(n_layer, n_embd, r):
+def _trainable_a_only(n_layer: int, n_embd: int, r: int) -> int:
     return n_layer * r * (1 + 1 + 1 + 4) * n_embd
 
 
@@ -220,7 +232,8 @@ _PREDICT_FORGETTING = Question(
 
 
 def _loss_cases() -> list[Case]:
-    def build(seed: int, B: int, T: int, V: int, spans: list[tuple[int, int]], dtype=f32):
+    def build(seed: int, B: int, T: int, V: int, spans: list[tuple[int, int]],
+              dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             mask = torch.zeros(B, T, dtype=torch.bool)
             for b, (start, stop) in enumerate(spans):
@@ -240,27 +253,32 @@ def _loss_cases() -> list[Case]:
     ]
 
 
-def _loss_all_positions(logits, targets, answer_mask):
+def _loss_all_positions(logits: torch.Tensor, targets: torch.Tensor,
+                        answer_mask: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def _loss_row_means(logits, targets, answer_mask):
+def _loss_row_means(logits: torch.Tensor, targets: torch.Tensor,
+                    answer_mask: torch.Tensor) -> torch.Tensor:
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     m = answer_mask.to(nll.dtype)
     return ((nll * m).sum(1) / m.sum(1)).mean()
 
 
-def _loss_mean_over_all(logits, targets, answer_mask):
+def _loss_mean_over_all(logits: torch.Tensor, targets: torch.Tensor,
+                        answer_mask: torch.Tensor) -> torch.Tensor:
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     return (nll * answer_mask.to(nll.dtype)).mean()
 
 
-def _loss_sum(logits, targets, answer_mask):
+def _loss_sum(logits: torch.Tensor, targets: torch.Tensor,
+              answer_mask: torch.Tensor) -> torch.Tensor:
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     return (nll * answer_mask.to(nll.dtype)).sum()
 
 
-def _loss_prompt(logits, targets, answer_mask):
+def _loss_prompt(logits: torch.Tensor, targets: torch.Tensor,
+                 answer_mask: torch.Tensor) -> torch.Tensor:
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     m = (~answer_mask).to(nll.dtype)
     return (nll * m).sum() / m.sum()
@@ -282,7 +300,8 @@ _LOSS_SLIPS = (
 
 
 def _distill_cases() -> list[Case]:
-    def build(seed: int, shape: tuple[int, ...], T: float, dtype=f32):
+    def build(seed: int, shape: tuple[int, ...], T: float,
+              dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             return {"student_logits": randn(seed, *shape, dtype=dtype, scale=2.0),
                     "teacher_logits": randn(seed + 1, *shape, dtype=dtype, scale=3.0),
@@ -296,34 +315,41 @@ def _distill_cases() -> list[Case]:
     ]
 
 
-def _kl(student_logits, teacher_logits, ts, tt):
+def _kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, ts: float,
+        tt: float) -> torch.Tensor:
     log_s = F.log_softmax(student_logits / ts, -1)
     log_t = F.log_softmax(teacher_logits / tt, -1)
     return (log_t.exp() * (log_t - log_s)).sum(-1)
 
 
-def _distill_no_t2(student_logits, teacher_logits, temperature):
+def _distill_no_t2(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                   temperature: float) -> torch.Tensor:
     return _kl(student_logits, teacher_logits, temperature, temperature).mean()
 
 
-def _distill_t1(student_logits, teacher_logits, temperature):
+def _distill_t1(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                temperature: float) -> torch.Tensor:
     return temperature * _kl(student_logits, teacher_logits, temperature, temperature).mean()
 
 
-def _distill_reversed(student_logits, teacher_logits, temperature):
+def _distill_reversed(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                      temperature: float) -> torch.Tensor:
     return temperature ** 2 * _kl(teacher_logits, student_logits, temperature,
                                   temperature).mean()
 
 
-def _distill_no_temperature(student_logits, teacher_logits, temperature):
+def _distill_no_temperature(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                            temperature: float) -> torch.Tensor:
     return temperature ** 2 * _kl(student_logits, teacher_logits, 1.0, 1.0).mean()
 
 
-def _distill_teacher_only(student_logits, teacher_logits, temperature):
+def _distill_teacher_only(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                          temperature: float) -> torch.Tensor:
     return temperature ** 2 * _kl(student_logits, teacher_logits, 1.0, temperature).mean()
 
 
-def _distill_sum(student_logits, teacher_logits, temperature):
+def _distill_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                 temperature: float) -> torch.Tensor:
     return temperature ** 2 * _kl(student_logits, teacher_logits, temperature, temperature).sum()
 
 
@@ -344,7 +370,8 @@ _DISTILL_SLIPS = (
 
 
 def _dpo_cases() -> list[Case]:
-    def build(seed: int, B: int, beta: float, dtype=f32):
+    def build(seed: int, B: int, beta: float,
+              dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             base = -20.0 - 10.0 * torch.rand(4, B, generator=gen(seed), dtype=dtype)
             return {"policy_chosen": base[0], "policy_rejected": base[1],
@@ -358,34 +385,43 @@ def _dpo_cases() -> list[Case]:
     ]
 
 
-def _dpo_no_reference(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                      beta):
+def _dpo_no_reference(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                      beta: float) -> torch.Tensor:
     return -F.logsigmoid(beta * (policy_chosen - policy_rejected)).mean()
 
 
-def _dpo_swapped(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _dpo_swapped(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                 reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                 beta: float) -> torch.Tensor:
     margin = (policy_rejected - reference_rejected) - (policy_chosen - reference_chosen)
     return -F.logsigmoid(beta * margin).mean()
 
 
-def _dpo_no_beta(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _dpo_no_beta(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                 reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                 beta: float) -> torch.Tensor:
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
     return -F.logsigmoid(margin).mean()
 
 
-def _dpo_beta_outside(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                      beta):
+def _dpo_beta_outside(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                      beta: float) -> torch.Tensor:
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
     return -beta * F.logsigmoid(margin).mean()
 
 
-def _dpo_sum(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _dpo_sum(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+             reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+             beta: float) -> torch.Tensor:
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
     return -F.logsigmoid(beta * margin).sum()
 
 
-def _dpo_ratio_added(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                     beta):
+def _dpo_ratio_added(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                     reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                     beta: float) -> torch.Tensor:
     margin = (policy_chosen + reference_chosen) - (policy_rejected + reference_rejected)
     return -F.logsigmoid(beta * margin).mean()
 
@@ -407,7 +443,7 @@ _DPO_SLIPS = (
 
 def _frontier_cases() -> list[Case]:
     def build(seed: int, k: tuple[int, int], n: tuple[int, int], log_beta: tuple[float, float],
-              reward_scale: float, dtype=f64) -> Callable[[], dict[str, Any]]:
+              reward_scale: float, dtype: torch.dtype = f64) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             K, N = pick(seed, *k), pick(seed + 1, *n)
             lo, hi = log_beta
@@ -428,11 +464,13 @@ def _frontier_cases() -> list[Case]:
     ]
 
 
-def _optimum_logits(reference_probs, rewards, betas, scale):
+def _optimum_logits(reference_probs: torch.Tensor, rewards: torch.Tensor, betas: torch.Tensor,
+                    scale: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
     return torch.log_softmax(reference_probs.log()[None] + scale(rewards, betas), -1)
 
 
-def _frontier_from(log_opt, reference_probs, rewards, reverse=False):
+def _frontier_from(log_opt: torch.Tensor, reference_probs: torch.Tensor, rewards: torch.Tensor,
+                   reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     opt = log_opt.exp()
     log_ref = reference_probs.log()[None]
     if reverse:
@@ -440,28 +478,33 @@ def _frontier_from(log_opt, reference_probs, rewards, reverse=False):
     return (opt * rewards).sum(-1), (opt * (log_opt - log_ref)).sum(-1)
 
 
-def _frontier_times_beta(reference_probs, rewards, betas):
+def _frontier_times_beta(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                         betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] * b[:, None])
     return _frontier_from(log_opt, reference_probs, rewards)
 
 
-def _frontier_no_reference(reference_probs, rewards, betas):
+def _frontier_no_reference(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                           betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_opt = torch.log_softmax(rewards[None] / betas[:, None], -1)
     return _frontier_from(log_opt, reference_probs, rewards)
 
 
-def _frontier_reverse_kl(reference_probs, rewards, betas):
+def _frontier_reverse_kl(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                         betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] / b[:, None])
     return _frontier_from(log_opt, reference_probs, rewards, reverse=True)
 
 
-def _frontier_reference_reward(reference_probs, rewards, betas):
+def _frontier_reference_reward(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                               betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_opt = _optimum_logits(reference_probs, rewards, betas, lambda r, b: r[None] / b[:, None])
     _, kl = _frontier_from(log_opt, reference_probs, rewards)
     return (reference_probs * rewards).sum().expand(len(betas)).clone(), kl
 
 
-def _frontier_naive_exp(reference_probs, rewards, betas):
+def _frontier_naive_exp(reference_probs: torch.Tensor, rewards: torch.Tensor,
+                        betas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     weights = reference_probs[None] * torch.exp(rewards[None] / betas[:, None])
     opt = weights / weights.sum(-1, keepdim=True)
     return (opt * rewards).sum(-1), (opt * (opt / reference_probs[None]).log()).sum(-1)
@@ -485,7 +528,8 @@ _FRONTIER_SLIPS = (
 
 
 def _implicit_cases() -> list[Case]:
-    def build(seed: int, B: tuple[int, int], beta: float, dtype=f32, ties: int = 0):
+    def build(seed: int, B: tuple[int, int], beta: float, dtype: torch.dtype = f32,
+              ties: int = 0) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             n = pick(seed, *B)
             lp = -5.0 - 25.0 * torch.rand(4, n, generator=gen(seed + 1), dtype=dtype)
@@ -502,38 +546,47 @@ def _implicit_cases() -> list[Case]:
     ]
 
 
-def _implicit_policy_only(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                          beta):
+def _implicit_policy_only(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                          reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                          beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w, lose = beta * policy_chosen, beta * policy_rejected
     return w, lose, float((w > lose).double().mean())
 
 
-def _implicit_no_beta(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _implicit_no_beta(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                      beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w, lose = policy_chosen - reference_chosen, policy_rejected - reference_rejected
     return w, lose, float((w > lose).double().mean())
 
 
-def _implicit_reversed(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                       beta):
+def _implicit_reversed(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                       reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                       beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w, lose = beta * (reference_chosen - policy_chosen), beta * (reference_rejected -
                                                                  policy_rejected)
     return w, lose, float((w > lose).double().mean())
 
 
-def _implicit_ties_count(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
-                         beta):
+def _implicit_ties_count(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                         reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                         beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
                                                                  reference_rejected)
     return w, lose, float((w >= lose).double().mean())
 
 
-def _implicit_count(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _implicit_count(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                    reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                    beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
                                                                  reference_rejected)
     return w, lose, float((w > lose).double().sum())
 
 
-def _implicit_ratio(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+def _implicit_ratio(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                    reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                    beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     w = beta * (policy_chosen - reference_chosen).exp()
     lose = beta * (policy_rejected - reference_rejected).exp()
     return w, lose, float((w > lose).double().mean())
@@ -585,27 +638,27 @@ def _drawn_chains() -> dict[str, Any]:
     return {"texts": texts}
 
 
-def _extract_first(text):
+def _extract_first(text: str) -> int | None:
     found = re.findall(r"[0-9]+", text)
     return int(found[0]) if found else None
 
 
-def _extract_joined(text):
+def _extract_joined(text: str) -> int | None:
     digits = "".join(ch for ch in text if ch.isdigit())
     return int(digits) if digits else None
 
 
-def _extract_last_digit(text):
+def _extract_last_digit(text: str) -> int | None:
     digits = [ch for ch in text if ch.isdigit()]
     return int(digits[-1]) if digits else None
 
 
-def _extract_zero(text):
+def _extract_zero(text: str) -> int:
     found = re.findall(r"[0-9]+", text)
     return int(found[-1]) if found else 0
 
 
-def _extract_string(text):
+def _extract_string(text: str) -> str | None:
     found = re.findall(r"[0-9]+", text)
     return found[-1] if found else None
 
