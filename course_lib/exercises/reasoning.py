@@ -13,7 +13,7 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -52,11 +52,11 @@ def _majority_cases() -> list[Case]:
     ]
 
 
-def _vote_none_counts(answers):
+def _vote_none_counts(answers: Sequence[int | None]) -> int | None:
     return Counter(answers).most_common(1)[0][0]
 
 
-def _vote_smallest(answers):
+def _vote_smallest(answers: Sequence[int | None]) -> int | None:
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
@@ -64,7 +64,7 @@ def _vote_smallest(answers):
     return min(a for a, n in counts.items() if n == best)
 
 
-def _vote_last(answers):
+def _vote_last(answers: Sequence[int | None]) -> int | None:
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
@@ -72,7 +72,7 @@ def _vote_last(answers):
     return [a for a in answers if a is not None and counts[a] == best][-1]
 
 
-def _vote_zero(answers):
+def _vote_zero(answers: Sequence[int | None]) -> int | None:
     counts = Counter(a for a in answers if a is not None)
     return counts.most_common(1)[0][0] if counts else 0
 
@@ -117,19 +117,19 @@ def _pass_cases() -> list[Case]:
     ]
 
 
-def _pass_biased(n, c, k):
+def _pass_biased(n: int, c: torch.Tensor, k: int) -> torch.Tensor:
     return 1 - (1 - c.to(torch.float64) / n) ** k
 
 
-def _pass_union(n, c, k):
+def _pass_union(n: int, c: torch.Tensor, k: int) -> torch.Tensor:
     return (k * c.to(torch.float64) / n).clamp(max=1.0)
 
 
-def _pass_mean(n, c, k):
+def _pass_mean(n: int, c: torch.Tensor, k: int) -> torch.Tensor:
     return c.to(torch.float64) / n
 
 
-def _pass_off_by_one(n, c, k):
+def _pass_off_by_one(n: int, c: torch.Tensor, k: int) -> torch.Tensor:
     out = []
     for ci in c.tolist():
         prod = 1.0
@@ -153,7 +153,7 @@ _PASS_SLIPS = (
 
 
 def _adv_cases() -> list[Case]:
-    def binary(seed: int, P: int, G: int, dtype=f32) -> Callable[[], dict[str, Any]]:
+    def binary(seed: int, P: int, G: int, dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             r = (torch.rand(P, G, generator=gen(seed)) < 0.5).to(dtype)
             r[0] = 1.0  # a group all right
@@ -163,7 +163,7 @@ def _adv_cases() -> list[Case]:
             return {"rewards": r}
         return inputs
 
-    def graded(seed: int, P: int, G: int, dtype=f32) -> Callable[[], dict[str, Any]]:
+    def graded(seed: int, P: int, G: int, dtype: torch.dtype = f32) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             r = torch.rand(P, G, generator=gen(seed), dtype=dtype)
             r[-1] = 0.25  # equal rewards that are not 0 or 1
@@ -181,26 +181,26 @@ def _adv_cases() -> list[Case]:
     ]
 
 
-def _adv_population(rewards):
+def _adv_population(rewards: torch.Tensor) -> torch.Tensor:
     c = rewards - rewards.mean(1, keepdim=True)
     s = rewards.std(1, unbiased=False, keepdim=True)
     return torch.where(s > 0, c / torch.where(s > 0, s, 1.0), 0.0)
 
 
-def _adv_centred(rewards):
+def _adv_centred(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(1, keepdim=True)
 
 
-def _adv_global(rewards):
+def _adv_global(rewards: torch.Tensor) -> torch.Tensor:
     s = rewards.std()
     return (rewards - rewards.mean()) / s if s > 0 else rewards * 0
 
 
-def _adv_nan(rewards):
+def _adv_nan(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(1, keepdim=True)) / rewards.std(1, keepdim=True)
 
 
-def _adv_raw(rewards):
+def _adv_raw(rewards: torch.Tensor) -> torch.Tensor:
     return rewards / rewards.std(1, keepdim=True).clamp(min=1e-12)
 
 
@@ -228,22 +228,22 @@ def _adv_diagnose(inputs: Any, got: Any, expected: Any) -> str | None:
 # 4. rloo_advantages -----------------------------------------------------------------------------
 
 
-def _rloo_centred(rewards):
+def _rloo_centred(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(1, keepdim=True)
 
 
-def _rloo_over_g(rewards):
+def _rloo_over_g(rewards: torch.Tensor) -> torch.Tensor:
     g = rewards.shape[1]
     return rewards - (rewards.sum(1, keepdim=True) - rewards) / g
 
 
-def _rloo_normalised(rewards):
+def _rloo_normalised(rewards: torch.Tensor) -> torch.Tensor:
     c = rewards - rewards.mean(1, keepdim=True)
     s = rewards.std(1, keepdim=True)
     return torch.where(s > 0, c / torch.where(s > 0, s, 1.0), 0.0)
 
 
-def _rloo_swapped(rewards):
+def _rloo_swapped(rewards: torch.Tensor) -> torch.Tensor:
     g = rewards.shape[1]
     return (rewards.sum(1, keepdim=True) - rewards) / (g - 1) - rewards
 
@@ -263,7 +263,7 @@ _RLOO_SLIPS = (
 
 
 def _grpo_cases() -> list[Case]:
-    def build(seed: int, B: int, N: int, clip_eps: float, beta: float, dtype=f32,
+    def build(seed: int, B: int, N: int, clip_eps: float, beta: float, dtype: torch.dtype = f32,
               spread: float = 0.3) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             logp_old = -torch.rand(B, N, generator=gen(seed), dtype=dtype) * 3
@@ -291,50 +291,62 @@ def _grpo_cases() -> list[Case]:
     ]
 
 
-def _ratio(logp, logp_old):
+def _ratio(logp: torch.Tensor, logp_old: torch.Tensor) -> torch.Tensor:
     return (logp - logp_old).exp()
 
 
-def _k3(logp, logp_ref):
+def _k3(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     d = logp_ref - logp
     return d.exp() - d - 1
 
 
-def _token_mean(per_token, mask):
+def _token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.to(per_token.dtype)
     return (per_token * m).sum() / m.sum()
 
 
-def _grpo_no_min(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_no_min(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                 advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                 beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     return _token_mean(-r.clamp(1 - clip_eps, 1 + clip_eps) * a + beta * _k3(logp, logp_ref),
                        mask)
 
 
-def _grpo_no_clip(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_no_clip(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                  advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                  beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     return _token_mean(-r * a + beta * _k3(logp, logp_ref), mask)
 
 
-def _grpo_max(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_max(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+              beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.maximum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     return _token_mean(-s + beta * _k3(logp, logp_ref), mask)
 
 
-def _grpo_k1(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_k1(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+             advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+             beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     return _token_mean(-s + beta * (logp - logp_ref), mask)
 
 
-def _grpo_kl_sign(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_kl_sign(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                  advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                  beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     return _token_mean(-s - beta * _k3(logp, logp_ref), mask)
 
 
-def _grpo_sequence(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_sequence(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                   advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                   beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     per_token = -s + beta * _k3(logp, logp_ref)
@@ -342,13 +354,17 @@ def _grpo_sequence(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
     return ((per_token * m).sum(1) / m.sum(1)).mean()
 
 
-def _grpo_unmasked(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_unmasked(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                   advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                   beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     return (-s + beta * _k3(logp, logp_ref)).mean()
 
 
-def _grpo_maximised(logp, logp_old, logp_ref, advantages, mask, clip_eps, beta):
+def _grpo_maximised(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                    advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                    beta: float) -> torch.Tensor:
     r, a = _ratio(logp, logp_old), advantages[:, None]
     s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
     return _token_mean(s - beta * _k3(logp, logp_ref), mask)
