@@ -23,12 +23,13 @@ reads.
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from course_lib import complexity, counting, flops, gpt, scaling, sweep
-from course_lib.exercises._common import f32, f64, gen
+from course_lib.exercises._common import Inputs, f32, f64, gen
 from course_lib.grading import Case, Exercise, Slip
 
 
@@ -55,12 +56,12 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, tied: 
 
 
 def _count_cases() -> list[Case]:
-    def fixed(d: int, L: int, V: int, T: int, tied: bool, biases: bool):
+    def fixed(d: int, L: int, V: int, T: int, tied: bool, biases: bool) -> Inputs:
         return lambda: {"d_model": d, "n_layers": L, "vocab_size": V, "n_ctx": T, "tied": tied,
                         "biases": biases}
 
-    def drawn(seed: int, tied: bool, biases: bool):
-        def build() -> dict:
+    def drawn(seed: int, tied: bool, biases: bool) -> Inputs:
+        def build() -> dict[str, Any]:
             d, L, V, T = _ints(seed, (8, 512), (1, 24), (2, 60000), (1, 4096))
             return {"d_model": d, "n_layers": L, "vocab_size": V, "n_ctx": T, "tied": tied,
                     "biases": biases}
@@ -76,8 +77,9 @@ def _count_cases() -> list[Case]:
     ]
 
 
-def _count_slip(kind: str):
-    def count(d_model, n_layers, vocab_size, n_ctx, tied=True, biases=True):
+def _count_slip(kind: str) -> Callable[..., int]:
+    def count(d_model: int, n_layers: int, vocab_size: int, n_ctx: int, tied: bool = True,
+              biases: bool = True) -> int:
         d, b, L = d_model, int(biases), n_layers
         block = 12 * d * d + b * 9 * d + 2 * (d + b * d)
         final = d + b * d
@@ -119,11 +121,11 @@ _COUNT_SLIPS = (
 
 
 def _forward_cases() -> list[Case]:
-    def fixed(n: float, L: int, T: int, d: int):
+    def fixed(n: float, L: int, T: int, d: int) -> Inputs:
         return lambda: {"n_params": n, "n_layers": L, "n_ctx": T, "d_model": d}
 
-    def drawn(seed: int):
-        def build() -> dict:
+    def drawn(seed: int) -> Inputs:
+        def build() -> dict[str, Any]:
             L, T, d = _ints(seed, (2, 96), (2, 8192), (16, 8192))
             return {"n_params": float(12 * L * d * d + 13 * L * d), "n_layers": L, "n_ctx": T,
                     "d_model": d}
@@ -152,11 +154,11 @@ _FORWARD_SLIPS = (
 
 
 def _training_cases() -> list[Case]:
-    def fixed(n: float, D: float, L: int = 0, T: int = 0, d: int = 0):
+    def fixed(n: float, D: float, L: int = 0, T: int = 0, d: int = 0) -> Inputs:
         return lambda: {"n_params": n, "n_tokens": D, "n_layers": L, "n_ctx": T, "d_model": d}
 
-    def drawn(seed: int, attention: bool):
-        def build() -> dict:
+    def drawn(seed: int, attention: bool) -> Inputs:
+        def build() -> dict[str, Any]:
             n, D = _logs(seed, (1e4, 1e12), (1e6, 2e13))
             L, T, d = _ints(seed + 1, (1, 96), (1, 8192), (16, 8192)) if attention else (0, 0, 0)
             return {"n_params": n, "n_tokens": D, "n_layers": L, "n_ctx": T, "d_model": d}
@@ -191,11 +193,11 @@ def mfu(tokens_per_second: float, n_params: float, peak_flops: float) -> float:
 
 
 def _mfu_cases() -> list[Case]:
-    def fixed(tps: float, n: float, peak: float):
+    def fixed(tps: float, n: float, peak: float) -> Inputs:
         return lambda: {"tokens_per_second": tps, "n_params": n, "peak_flops": peak}
 
-    def drawn(seed: int):
-        def build() -> dict:
+    def drawn(seed: int) -> Inputs:
+        def build() -> dict[str, Any]:
             n, peak = _logs(seed, (1e5, 1e11), (1e11, 2e15))
             u = _logs(seed + 1, (0.02, 0.7))[0]
             return {"tokens_per_second": u * peak / (6 * n), "n_params": n, "peak_flops": peak}
@@ -235,8 +237,9 @@ def _drawn_law(seed: int) -> dict[str, float]:
 
 
 def _chinchilla_cases() -> list[Case]:
-    def case(seed: int, shape: tuple[int, ...], dtype: torch.dtype, constants: dict | None):
-        def build() -> dict:
+    def case(seed: int, shape: tuple[int, ...], dtype: torch.dtype,
+             constants: dict[str, float] | None) -> Inputs:
+        def build() -> dict[str, Any]:
             g = gen(seed)
             n = 10 ** (3 + 8 * torch.rand(shape, generator=g, dtype=torch.float64))
             d = 10 ** (5 + 8 * torch.rand(shape, generator=g, dtype=torch.float64))
@@ -274,11 +277,11 @@ def compute_optimal(flops: float, A: float, B: float, alpha: float, beta: float,
 
 
 def _optimal_cases() -> list[Case]:
-    def fixed(C: float, A: float, B: float, alpha: float, beta: float):
+    def fixed(C: float, A: float, B: float, alpha: float, beta: float) -> Inputs:
         return lambda: {"flops": C, "A": A, "B": B, "alpha": alpha, "beta": beta}
 
-    def drawn(seed: int):
-        def build() -> dict:
+    def drawn(seed: int) -> Inputs:
+        def build() -> dict[str, Any]:
             law = _drawn_law(seed)
             return {"flops": _logs(seed + 2, (1e10, 1e26))[0], "A": law["A"], "B": law["B"],
                     "alpha": law["alpha"], "beta": law["beta"]}
@@ -293,8 +296,8 @@ def _optimal_cases() -> list[Case]:
     ]
 
 
-def _optimal_slip(kind: str):
-    def solve(flops, A, B, alpha, beta):
+def _optimal_slip(kind: str) -> Callable[..., tuple[float, float]]:
+    def solve(flops: float, A: float, B: float, alpha: float, beta: float) -> tuple[float, float]:
         budget = flops if kind == "no_six" else flops / 6
         g = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
         a, b = beta / (alpha + beta), alpha / (alpha + beta)
@@ -335,8 +338,8 @@ def isoflop_minimum(n_params: torch.Tensor, loss: torch.Tensor) -> tuple[float, 
 
 
 def _isoflop_cases() -> list[Case]:
-    def profile(budget_index: int):
-        def build() -> dict:
+    def profile(budget_index: int) -> Inputs:
+        def build() -> dict[str, Any]:
             rows = [r for r in sweep.read_csv() if not r["heldout"]]
             budget = sorted({r["budget"] for r in rows})[budget_index]
             group = [r for r in rows if r["budget"] == budget]
@@ -344,8 +347,8 @@ def _isoflop_cases() -> list[Case]:
                     "loss": torch.tensor([r["val_loss"] for r in group], dtype=f64)}
         return build
 
-    def drawn(seed: int, n: int, dtype: torch.dtype):
-        def build() -> dict:
+    def drawn(seed: int, n: int, dtype: torch.dtype) -> Inputs:
+        def build() -> dict[str, Any]:
             g = gen(seed)
             log_n = torch.linspace(6.0, 11.0, n, dtype=f64) + torch.rand((), generator=g, dtype=f64)
             best = log_n[1] + (log_n[-2] - log_n[1]) * torch.rand((), generator=g, dtype=f64)
@@ -364,8 +367,8 @@ def _isoflop_cases() -> list[Case]:
     ]
 
 
-def _isoflop_slip(kind: str):
-    def locate(n_params, loss):
+def _isoflop_slip(kind: str) -> Callable[..., tuple[float, float]]:
+    def locate(n_params: torch.Tensor, loss: torch.Tensor) -> tuple[float, float]:
         n, v = n_params.double().numpy(), loss.double().numpy()
         if kind == "argmin":
             i = int(np.argmin(v))
@@ -398,8 +401,9 @@ _ISOFLOP_SLIPS = (
 
 
 def _power_cases() -> list[Case]:
-    def noisy(seed: int, n: int, k: float, c: float, dtype: torch.dtype, lo: float, hi: float):
-        def build() -> dict:
+    def noisy(seed: int, n: int, k: float, c: float, dtype: torch.dtype, lo: float,
+              hi: float) -> Inputs:
+        def build() -> dict[str, Any]:
             x = torch.logspace(lo, hi, n, dtype=torch.float64)
             noise = torch.exp(0.05 * torch.randn(n, generator=gen(seed), dtype=torch.float64))
             return {"x": x.to(dtype), "y": (c * x**k * noise).to(dtype)}
@@ -418,8 +422,8 @@ def _power_cases() -> list[Case]:
     ]
 
 
-def _power_slip(kind: str):
-    def fit(x, y):
+def _power_slip(kind: str) -> Callable[..., tuple[float, float]]:
+    def fit(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
         x64, y64 = x.double(), y.double()
         log = torch.log10 if kind == "log10" else torch.log
         lx, ly = log(x64), log(y64)
@@ -456,8 +460,8 @@ _POWER_SLIPS = (
 
 def _bootstrap_cases() -> list[Case]:
     def drawn(seed: int, n: int, n_boot: int, level: float, dtype: torch.dtype,
-              degenerate: bool = True):
-        def build() -> dict:
+              degenerate: bool = True) -> Inputs:
+        def build() -> dict[str, Any]:
             g = gen(seed)
             x = torch.logspace(2, 6, n, dtype=f64) * torch.exp(0.1 * torch.randn(n, generator=g,
                                                                                   dtype=f64))
@@ -481,8 +485,9 @@ def _bootstrap_cases() -> list[Case]:
     ]
 
 
-def _bootstrap_slip(kind: str):
-    def interval(x, y, indices, level=0.9):
+def _bootstrap_slip(kind: str) -> Callable[..., tuple[float, float]]:
+    def interval(x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor,
+                 level: float = 0.9) -> tuple[float, float]:
         u, v = x.double().log()[indices], y.double().log()[indices]
         if kind == "swapped":
             u, v = v, u
@@ -519,12 +524,12 @@ _BOOTSTRAP_SLIPS = (
 
 
 def _state_cases() -> list[Case]:
-    def fixed(n: int, gpus: int, scheme: str, replicated: int = 0):
+    def fixed(n: int, gpus: int, scheme: str, replicated: int = 0) -> Inputs:
         return lambda: {"n_params": n, "n_gpus": gpus, "scheme": scheme,
                         "n_replicated": replicated}
 
-    def drawn(seed: int, scheme: str, small: bool = False):
-        def build() -> dict:
+    def drawn(seed: int, scheme: str, small: bool = False) -> Inputs:
+        def build() -> dict[str, Any]:
             gpus, shards, rest, replicated = _ints(
                 seed, (2, 512), (1, 50) if small else (10**4, 10**8), (1, 10**6), (0, 10**5))
             rest = 1 + rest % (gpus - 1)  # 1 .. gpus - 1: the last shard is padded
@@ -546,8 +551,8 @@ def _state_cases() -> list[Case]:
     return cases
 
 
-def _state_slip(kind: str):
-    def state(n_params, n_gpus, scheme, n_replicated=0):
+def _state_slip(kind: str) -> Callable[..., float]:
+    def state(n_params: int, n_gpus: int, scheme: str, n_replicated: int = 0) -> float:
         sizes = {"weights": 2, "gradients": 2, "optimizer": 12}
         if kind == "no_master":
             sizes["optimizer"] = 8
@@ -561,6 +566,7 @@ def _state_slip(kind: str):
         total = n_params
         if scheme == "tensor" and kind != "tensor_replicated_split":
             total = n_params - n_replicated
+        shard: float  # an int, except in the "fraction" slip
         if kind == "floor":
             shard = total // n_gpus
         elif kind == "fraction":
