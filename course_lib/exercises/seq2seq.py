@@ -90,14 +90,16 @@ def _greedy_cases() -> list[Case]:
     ]
 
 
-def _greedy_never_stops(step, prompt, max_new_tokens, eos_id):
+def _greedy_never_stops(step: decoding.StepFn, prompt: torch.Tensor, max_new_tokens: int,
+                        eos_id: int) -> torch.Tensor:
     tokens = prompt
     for _ in range(max_new_tokens):
         tokens = torch.cat([tokens, step(tokens).argmax(-1, keepdim=True)], dim=1)
     return tokens
 
 
-def _greedy_no_padding(step, prompt, max_new_tokens, eos_id):
+def _greedy_no_padding(step: decoding.StepFn, prompt: torch.Tensor, max_new_tokens: int,
+                       eos_id: int) -> torch.Tensor:
     tokens, finished = prompt, torch.zeros(prompt.shape[0], dtype=torch.bool)
     for _ in range(max_new_tokens):
         next_token = step(tokens).argmax(-1)
@@ -108,7 +110,8 @@ def _greedy_no_padding(step, prompt, max_new_tokens, eos_id):
     return tokens
 
 
-def _greedy_stops_at_first_eos(step, prompt, max_new_tokens, eos_id):
+def _greedy_stops_at_first_eos(step: decoding.StepFn, prompt: torch.Tensor, max_new_tokens: int,
+                               eos_id: int) -> torch.Tensor:
     tokens = prompt
     for _ in range(max_new_tokens):
         next_token = step(tokens).argmax(-1)
@@ -118,7 +121,8 @@ def _greedy_stops_at_first_eos(step, prompt, max_new_tokens, eos_id):
     return tokens
 
 
-def _greedy_without_prompt(step, prompt, max_new_tokens, eos_id):
+def _greedy_without_prompt(step: decoding.StepFn, prompt: torch.Tensor, max_new_tokens: int,
+                           eos_id: int) -> torch.Tensor:
     tokens, finished = prompt, torch.zeros(prompt.shape[0], dtype=torch.bool)
     for _ in range(max_new_tokens):
         next_token = step(tokens).argmax(-1).masked_fill(finished, eos_id)
@@ -149,8 +153,9 @@ def _beam_cases() -> list[Case]:
         for attempt in range(64):
             s = seed + 1000 * attempt
             prompt = torch.randint(1, vocab, (1, t0), generator=gen(s + 100))
-            inputs = {"step": _scorer(s, 6, vocab, dtype, eos_bias), "prompt": prompt,
-                      "beam_width": k, "max_new_tokens": max_new, "eos_id": 0}
+            inputs: dict[str, Any] = {"step": _scorer(s, 6, vocab, dtype, eos_bias),
+                                      "prompt": prompt, "beam_width": k,
+                                      "max_new_tokens": max_new, "eos_id": 0}
             if not beats_greedy or (_beam(**inputs)[0] != _beam(**{**inputs, "beam_width": 1})[0]):
                 return inputs
         raise RuntimeError(f"no seed from {seed} gives a beam that differs from greedy search")
@@ -170,7 +175,9 @@ def _beam_cases() -> list[Case]:
     ]
 
 
-def _beam(step, prompt, beam_width, max_new_tokens, eos_id, *, extend_finished=False):
+def _beam(step: decoding.StepFn, prompt: torch.Tensor, beam_width: int, max_new_tokens: int,
+          eos_id: int, *, extend_finished: bool = False
+          ) -> tuple[list[int], float, torch.dtype, int]:
     """A plain beam search for the slips: ``(tokens list, raw score, dtype, new-token count)``."""
     beams = [(prompt[0].tolist(), 0.0, False)]  # (tokens, score, finished)
     dtype = torch.float32
@@ -192,23 +199,27 @@ def _beam(step, prompt, beam_width, max_new_tokens, eos_id, *, extend_finished=F
     return tokens, score, dtype, len(tokens) - prompt.shape[1]
 
 
-def _beam_normalised_score(step, prompt, beam_width, max_new_tokens, eos_id):
+def _beam_normalised_score(step: decoding.StepFn, prompt: torch.Tensor, beam_width: int,
+                           max_new_tokens: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, score, dtype, n = _beam(step, prompt, beam_width, max_new_tokens, eos_id)
     return torch.tensor(tokens), torch.tensor(score / max(n, 1), dtype=dtype)
 
 
-def _beam_probability(step, prompt, beam_width, max_new_tokens, eos_id):
+def _beam_probability(step: decoding.StepFn, prompt: torch.Tensor, beam_width: int,
+                      max_new_tokens: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, score, dtype, _ = _beam(step, prompt, beam_width, max_new_tokens, eos_id)
     return torch.tensor(tokens), torch.tensor(score, dtype=dtype).exp()
 
 
-def _beam_extends_finished(step, prompt, beam_width, max_new_tokens, eos_id):
+def _beam_extends_finished(step: decoding.StepFn, prompt: torch.Tensor, beam_width: int,
+                           max_new_tokens: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, score, dtype, _ = _beam(step, prompt, beam_width, max_new_tokens, eos_id,
                                     extend_finished=True)
     return torch.tensor(tokens), torch.tensor(score, dtype=dtype)
 
 
-def _beam_is_greedy(step, prompt, beam_width, max_new_tokens, eos_id):
+def _beam_is_greedy(step: decoding.StepFn, prompt: torch.Tensor, beam_width: int,
+                    max_new_tokens: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, score, dtype, _ = _beam(step, prompt, 1, max_new_tokens, eos_id)
     return torch.tensor(tokens), torch.tensor(score, dtype=dtype)
 
@@ -289,19 +300,19 @@ def _softmax_cases() -> list[Case]:
             Case("large scores (overflow if exponentiated as they are)", large)]
 
 
-def _softmax_nan_rows(scores, mask):
+def _softmax_nan_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
-def _softmax_ignores_mask(scores, mask):
+def _softmax_ignores_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def _softmax_masks_after(scores, mask):
+def _softmax_masks_after(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) * mask
 
 
-def _softmax_naive_exp(scores, mask):
+def _softmax_naive_exp(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     e = scores.exp() * mask
     return e / e.sum(dim=-1, keepdim=True)
 
@@ -366,22 +377,26 @@ def _additive_cases() -> list[Case]:
     ]
 
 
-def _additive_transposed(query, keys, W_q, W_k, v):
+def _additive_transposed(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
+                         W_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     q, k = query @ W_q.T, keys @ W_k.T
     return (torch.tanh(q[:, :, None, :] + k[:, None, :, :]) @ v).transpose(1, 2)
 
 
-def _additive_difference(query, keys, W_q, W_k, v):
+def _additive_difference(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
+                         W_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     q, k = query @ W_q.T, keys @ W_k.T
     return torch.tanh(q[:, :, None, :] - k[:, None, :, :]) @ v
 
 
-def _additive_weights_untransposed(query, keys, W_q, W_k, v):
+def _additive_weights_untransposed(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
+                                   W_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     q, k = query @ W_q, keys @ W_k  # runs only where the weights are square
     return torch.tanh(q[:, :, None, :] + k[:, None, :, :]) @ v
 
 
-def _additive_no_tanh(query, keys, W_q, W_k, v):
+def _additive_no_tanh(query: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor,
+                      v: torch.Tensor) -> torch.Tensor:
     q, k = query @ W_q.T, keys @ W_k.T
     return (q[:, :, None, :] + k[:, None, :, :]) @ v
 
@@ -423,29 +438,34 @@ def _context_cases() -> list[Case]:
     ]
 
 
-def _masked_weights(scores, mask, dim=-1):
+def _masked_weights(scores: torch.Tensor, mask: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=dim).nan_to_num(0.0)
 
 
-def _context_from_scores(scores, values, mask=None):
+def _context_from_scores(scores: torch.Tensor, values: torch.Tensor,
+                         mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return scores @ values, _masked_weights(scores, mask)
 
 
-def _context_ignores_mask(scores, values, mask=None):
+def _context_ignores_mask(scores: torch.Tensor, values: torch.Tensor,
+                          mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     weights = torch.softmax(scores, dim=-1)
     return weights @ values, weights
 
 
-def _context_nan_rows(scores, values, mask=None):
+def _context_nan_rows(scores: torch.Tensor, values: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ values, weights
 
 
-def _context_softmax_over_queries(scores, values, mask=None):
+def _context_softmax_over_queries(scores: torch.Tensor, values: torch.Tensor,
+                                  mask: torch.Tensor | None = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
     weights = _masked_weights(scores, mask, dim=1)
     return weights @ values, weights
 
@@ -508,9 +528,12 @@ def _decoder_step_cases() -> list[Case]:
     ]
 
 
-def _step(y_prev, state, memory, keys, memory_mask, embedding, gru_cell, W_q, v, out, *,
-          query="previous", w_q_applied="transposed", masked=True, cell_order="emb-ctx",
-          out_order="state-ctx-emb", out_state="new"):
+def _step(y_prev: torch.Tensor, state: torch.Tensor, memory: torch.Tensor, keys: torch.Tensor,
+          memory_mask: torch.Tensor, embedding: nn.Embedding, gru_cell: nn.GRUCell,
+          W_q: torch.Tensor, v: torch.Tensor, out: nn.Linear, *, query: str = "previous",
+          w_q_applied: str = "transposed", masked: bool = True, cell_order: str = "emb-ctx",
+          out_order: str = "state-ctx-emb",
+          out_state: str = "new") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoder step with one thing done differently (the slips below)."""
     if query == "new":  # a Luong-style order: step the cell first (on the mean context)
         pre = gru_cell(torch.cat([embedding(y_prev), memory.mean(1)], dim=-1), state)
