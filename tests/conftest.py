@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
+
+from coursebook import notebooks
+from coursebook.chapters import all_chapters, find_chapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,35 +53,49 @@ os.environ.setdefault("COURSE_GRADING_SECRET", "course-tests")
 
 def chapter_slugs() -> list[str]:
     """``["01-seq2seq", ...]``: every chapter that has an instructor source notebook."""
-    return sorted(p.parent.name for p in ROOT.glob("solutions/*/*.ipynb"))
+    return [chapter.slug for chapter in all_chapters()]
 
 
 def source_notebook(slug: str) -> Path:
-    (path,) = sorted((ROOT / "solutions" / slug).glob("*.ipynb"))
-    return path
+    return find_chapter(slug).source
 
 
 def release_notebook(slug: str) -> Path:
-    return ROOT / "chapters" / slug / source_notebook(slug).name
+    return find_chapter(slug).release
 
 
 def exercise_chapter(slug: str) -> str:
     """The exercise-id prefix of a chapter: ``"02-self-attention"`` -> ``"self_attention"``."""
-    return slug.split("-", 1)[1].replace("-", "_")
+    return find_chapter(slug).exercises
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+def load(path: Path) -> Any:
+    """A notebook, read by the one reader (:func:`coursebook.notebooks.read`)."""
+    return notebooks.read(path)
 
 
 def nbgrader_meta(cell: dict[str, Any]) -> dict[str, Any]:
-    return cell.get("metadata", {}).get("nbgrader", {})
+    return notebooks.nbgrader(cell)
+
+
+@cache
+def _cells(path: Path) -> tuple[tuple[str | None, tuple[str, ...], str], ...]:
+    """``(grade_id, tags, source)`` of each cell of a notebook, read once per test session."""
+    return tuple((notebooks.nbgrader(c).get("grade_id"), tuple(notebooks.tags(c)),
+                  notebooks.source(c)) for c in notebooks.read(path).cells)
+
+
+def _cell_source(path: Path, grade_id: str) -> str:
+    found = [text for gid, _, text in _cells(path) if gid == grade_id]
+    if len(found) != 1:
+        raise KeyError(f"{path.name}: {len(found)} cells with grade_id {grade_id!r}")
+    return found[0]
 
 
 def cell_by_grade_id(slug: str, grade_id: str) -> dict[str, Any]:
     """The source notebook's cell whose nbgrader ``grade_id`` is ``grade_id``."""
-    cells = [c for c in load(source_notebook(slug))["cells"]
-             if nbgrader_meta(c).get("grade_id") == grade_id]
+    cells = [c for c in load(source_notebook(slug)).cells
+             if notebooks.nbgrader(c).get("grade_id") == grade_id]
     if len(cells) != 1:
         raise KeyError(f"{slug}: {len(cells)} cells with grade_id {grade_id!r}")
     return cells[0]
@@ -84,10 +103,9 @@ def cell_by_grade_id(slug: str, grade_id: str) -> dict[str, Any]:
 
 def setup_namespace(slug: str) -> dict[str, Any]:
     """The names the chapter's setup cell defines (as the grader runs it: nothing else)."""
-    cells = load(source_notebook(slug))["cells"]
-    (setup,) = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    (setup,) = [text for _, tags, text in _cells(source_notebook(slug)) if "setup" in tags]
     namespace: dict[str, Any] = {}
-    exec(compile("".join(setup["source"]), f"<{slug} setup>", "exec"), namespace)
+    exec(compile(setup, f"<{slug} setup>", "exec"), namespace)
     return namespace
 
 
@@ -98,9 +116,32 @@ def solution(slug: str, name: str) -> Any:
     setup cell, as the grader does, and return the function it defines.
     """
     namespace = setup_namespace(slug)
-    source = "".join(cell_by_grade_id(slug, name)["source"])
+    source = _cell_source(source_notebook(slug), name)
     exec(compile(source, f"<{slug} solution {name}>", "exec"), namespace)
     return namespace[name]
+
+
+def visible_tests(slug: str, name: str) -> str:
+    """The visible tests of exercise ``name``: its test cell as the student release has it."""
+    return _cell_source(release_notebook(slug), f"{name}_test")
+
+
+def run_visible_tests(slug: str, name: str, fn: Callable[..., Any]) -> None:
+    """Run exercise ``name``'s visible tests on ``fn``, on top of the setup cell only."""
+    namespace = setup_namespace(slug)
+    namespace[name] = fn
+    exec(compile(visible_tests(slug, name), f"<{slug} {name} visible tests>", "exec"), namespace)
+
+
+def with_notebook_signature(fn: Callable[..., Any], slug: str, name: str) -> Callable[..., Any]:
+    """``fn`` (a slip, written with keyword arguments) called as the notebook's function is:
+    visible tests call it positionally, with the parameter names of the solution cell."""
+    params = list(inspect.signature(solution(slug, name)).parameters)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return fn(**dict(zip(params, args)), **kwargs)
+
+    return wrapped
 
 
 def cell_errors(nb: Any) -> dict[int, str]:
