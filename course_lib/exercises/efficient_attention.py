@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -57,8 +57,8 @@ def _window_cases() -> list[Case]:
     ]
 
 
-def _window_slip(kind: str) -> Any:
-    def mask(n, window, causal=False):
+def _window_slip(kind: str) -> Callable[..., torch.Tensor]:
+    def mask(n: int, window: int, causal: bool = False) -> torch.Tensor:
         i = torch.arange(n)[:, None]
         j = torch.arange(n)[None, :]
         gap = i - j
@@ -136,7 +136,8 @@ def _layers_cases() -> list[Case]:
     ]
 
 
-def _layers(n, window, dilation=1, global_tokens=(), slip=""):
+def _layers(n: int, window: int, dilation: int = 1,
+            global_tokens: list[int] | tuple[int, ...] = (), slip: str = "") -> int | None:
     hops = window * dilation
     if (n - 1) % dilation == 0 and (n - 1) <= hops:
         return 1
@@ -211,7 +212,8 @@ def _bigbird_cases() -> list[Case]:
     ]
 
 
-def _bigbird(n, window, global_tokens, block_size, random_blocks, slip):
+def _bigbird(n: int, window: int, global_tokens: list[int] | tuple[int, ...], block_size: int,
+             random_blocks: list[list[int]], slip: str) -> torch.Tensor:
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
     mask = (i - j).abs() <= window
     g = torch.zeros(n, dtype=torch.bool)
@@ -262,9 +264,10 @@ def _linear_cases() -> list[Case]:
     ]
 
 
-def _linear_bound(inputs: dict[str, Any]) -> int:
+def _linear_bound(inputs: Mapping[str, Any]) -> int:
     """The statement's bound: a few tensors of ``(..., T, d, d_v)``, far below ``T x T``."""
-    q, v = inputs["q"], inputs["v"]
+    q: torch.Tensor = inputs["q"]
+    v: torch.Tensor = inputs["v"]
     batch = q[..., 0, 0].numel()
     return 4 * batch * q.shape[-2] * (q.shape[-1] + 1) * (v.shape[-1] + 1)
 
@@ -273,7 +276,7 @@ def _phi(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0.0)))
 
 
-def _linear(q, k, v, slip):
+def _linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slip: str) -> torch.Tensor:
     fq, fk = (F.relu(q), F.relu(k)) if slip == "relu" else (_phi(q), _phi(k))
     s = torch.cumsum(fk[..., :, None] * v[..., None, :], dim=-3)    # (..., T, d, d_v)
     z = torch.cumsum(fk, dim=-2)                                     # (..., T, d)
@@ -321,13 +324,14 @@ def _prf_cases() -> list[Case]:
     ]
 
 
-def _prf(x, w, slip):
+def _prf(x: torch.Tensor, w: torch.Tensor, slip: str) -> torch.Tensor:
     proj = x @ w.T if slip != "transposed" else x @ w
     sq = (x * x).sum(dim=-1, keepdim=True)
     m = w.shape[0]
     if slip == "trig":
         return torch.exp(0.5 * sq) / math.sqrt(m) * torch.cat([proj.sin(), proj.cos()], dim=-1)
-    shift = {"no norm": 0.0, "full norm": sq}.get(slip, 0.5 * sq)
+    shifts: dict[str, float | torch.Tensor] = {"no norm": 0.0, "full norm": sq}
+    shift = shifts.get(slip, 0.5 * sq)
     norm = {"no sqrt m": 1.0, "over m": m}.get(slip, math.sqrt(m))
     return torch.exp(proj - shift) / norm
 
@@ -384,7 +388,8 @@ def _online_cases() -> list[Case]:
     ]
 
 
-def _online(m, l, scores, slip):
+def _online(m: torch.Tensor, l: torch.Tensor, scores: torch.Tensor,
+            slip: str) -> tuple[torch.Tensor, torch.Tensor]:
     m_new = torch.maximum(m, scores.amax(dim=-1))
     safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
     if slip == "no guard":
@@ -446,16 +451,20 @@ def _tile_cases() -> list[Case]:
     ]
 
 
-def _tile_bound(inputs: dict[str, Any]) -> int:
+def _tile_bound(inputs: Mapping[str, Any]) -> int:
     """The statement's bound: twice the largest of the inputs and of one tile of scores."""
-    q, k, v, b = inputs["q"], inputs["k"], inputs["v"], inputs["block_size"]
+    q: torch.Tensor = inputs["q"]
+    k: torch.Tensor = inputs["k"]
+    v: torch.Tensor = inputs["v"]
+    b: int = inputs["block_size"]
     batch = q[..., 0, 0].numel()
     t_q, t_k = q.shape[-2], k.shape[-2]
     return 2 * batch * max(t_k * max(k.shape[-1], v.shape[-1]),
                            t_q * max(min(b, t_k), q.shape[-1], v.shape[-1]))
 
 
-def _tile(q, k, v, block_size, slip):
+def _tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
+          slip: str) -> tuple[torch.Tensor, torch.Tensor]:
     scale = 1.0 / math.sqrt(q.shape[-1]) if slip != "no scale" else 1.0
     s = (q @ k.transpose(-2, -1)) * scale
     lse = torch.logsumexp(s, dim=-1)
@@ -469,7 +478,8 @@ def _tile(q, k, v, block_size, slip):
     return out, lse
 
 
-def _tile_loop(q, k, v, block_size, slip):
+def _tile_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
+               slip: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Tile by tile, with one mistake in the accumulator."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     m = q.new_full(q.shape[:-1], -math.inf)
@@ -524,7 +534,7 @@ def _sparsemax_cases() -> list[Case]:
     ]
 
 
-def _sparsemax(z, slip):
+def _sparsemax(z: torch.Tensor, slip: str) -> torch.Tensor:
     zs = torch.sort(z, dim=-1, descending=True).values
     cs = torch.cumsum(zs, dim=-1) - (0.0 if slip == "no minus one" else 1.0)
     r = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype)
