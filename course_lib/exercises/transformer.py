@@ -19,7 +19,7 @@ fraction and the 80/10/10 split within five standard errors), which the referenc
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +45,8 @@ def feed_forward(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.
         for lin, w, b in ((ff.linear1, w1, b1), (ff.linear2, w2, b2)):
             lin.weight.copy_(w)
             lin.bias.copy_(b)
-        return ff(x)
+        out: torch.Tensor = ff(x)
+        return out
 
 
 def _feed_forward_cases() -> list[Case]:
@@ -189,12 +190,14 @@ def encoder_layer(x: torch.Tensor, params: dict[str, torch.Tensor], n_heads: int
     layer = transformer.EncoderLayer(d, n_heads, d_ff, norm_first=norm_first,
                                      attn_impl="reference").to(x.dtype).eval()
     _load_layer(layer, params, [(layer.self_attn, "w", "b")], 2)
+    out: torch.Tensor
     with torch.no_grad():
         out, _ = layer(x, None if mask is None else mask[:, None])  # (B, 1, T, T): all heads
     return out
 
 
-def _load_layer(layer: torch.nn.Module, params: dict[str, torch.Tensor],
+def _load_layer(layer: transformer.EncoderLayer | transformer.DecoderLayer,
+                params: dict[str, torch.Tensor],
                 attentions: list[tuple[multihead.MultiHeadAttention, str, str]],
                 n_norms: int) -> None:
     with torch.no_grad():
@@ -325,6 +328,7 @@ def decoder_layer(y: torch.Tensor, memory: torch.Tensor, params: dict[str, torch
     layer = transformer.DecoderLayer(d, n_heads, d_ff, norm_first=norm_first,
                                      attn_impl="reference").to(y.dtype).eval()
     _load_layer(layer, params, [(layer.self_attn, "w", "b"), (layer.cross_attn, "wc", "bc")], 3)
+    out: torch.Tensor
     with torch.no_grad():
         out, _ = layer(y, memory, None if self_mask is None else self_mask[:, None],
                        None if cross_mask is None else cross_mask[:, None])
@@ -418,7 +422,7 @@ def _share(count: torch.Tensor, total: torch.Tensor, expected: float) -> bool:
     return abs(int(count) / n - expected) <= MLM_Z * math.sqrt(expected * (1 - expected) / n)
 
 
-def mask_tokens_verdicts(inputs: dict[str, Any], draws: dict[str, Any]) -> dict[str, bool]:
+def mask_tokens_verdicts(inputs: Mapping[str, Any], draws: dict[str, Any]) -> dict[str, bool]:
     """``Exercise.postprocess`` of ``mask_tokens``: verdicts by property on the stacked draws.
 
     ``draws`` is what :func:`course_lib.exercises._calls.mask_tokens_draws` returned, as plain
