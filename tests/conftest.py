@@ -6,9 +6,10 @@ import inspect
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

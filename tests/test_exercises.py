@@ -16,19 +16,44 @@ know (peers, hand-computed cases, other correct solutions) is in tests/test_exer
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pytest
 import torch
 
-from course_lib import (arithmetic, attention, bpe, complexity, copying, counting, distill, dpo,
-                        entmax, finetune, flops, gpt, grading, linear_attention, llama, lora, moe,
-                        multihead, positional, rope, sampling, scaling, sparse_attention,
-                        speculative, tiled_attention)
+from course_lib import (
+    arithmetic,
+    attention,
+    bpe,
+    complexity,
+    copying,
+    counting,
+    distill,
+    dpo,
+    entmax,
+    finetune,
+    flops,
+    gpt,
+    grading,
+    linear_attention,
+    llama,
+    lora,
+    moe,
+    multihead,
+    positional,
+    rope,
+    sampling,
+    scaling,
+    sparse_attention,
+    speculative,
+    tiled_attention,
+)
 from course_lib import transformer as tf
 from course_lib.exercises import self_attention as ex2
+from coursebook import notebooks
 from coursebook.chapters import Chapter, all_chapters, find_chapter
-from tests.conftest import _cells, run_visible_tests, solution, with_notebook_signature
+from tests.conftest import run_visible_tests, solution, with_notebook_signature
 from tests.questions import answer
 from tests.test_exercises_self_attention import _mha_per_head_loop
 
@@ -253,7 +278,8 @@ REFERENCE_CALLS = [
     ("efficient_attention.positive_random_features",
      lambda x, w: linear_attention.positive_random_features(x, w), None),
     ("efficient_attention.online_softmax_update",
-     lambda m, l, scores: tiled_attention.online_softmax_update(m, l, scores), None),
+     lambda m, l, scores: tiled_attention.online_softmax_update(m, l, scores),  # noqa: E741
+     None),
     ("efficient_attention.query_tile_attention", lambda q, k, v, block_size:
         tiled_attention.tiled_attention_forward(q, k, v, 1 / math.sqrt(q.shape[-1]),
                                                 block_k=block_size), None),
@@ -321,14 +347,14 @@ def _counted(exercise_ids: list[str]) -> list[Any]:
 
 def _notebook_exercises(chapter: Chapter) -> list[str]:
     """The grade ids of the release's solution cells, in notebook order."""
-    return [gid for gid, _, _ in _cells(chapter.release)
-            if gid is not None and not gid.endswith("_test")]
+    return [notebooks.nbgrader(c)["grade_id"] for c in notebooks.read(chapter.release).cells
+            if notebooks.nbgrader(c).get("solution")]
 
 
 @pytest.mark.parametrize("chapter", CHAPTER_PARAMS)
 def test_the_registry_holds_exactly_the_notebooks_exercises(chapter: Chapter) -> None:
     assert chapter.slug in NOTEBOOK_EXERCISES, \
-        f"{chapter.slug}: add its exercises (and questions) to the tables of tests/test_exercises.py"
+        f"{chapter.slug}: add its exercises and questions to the tables of {__name__}"
     names = NOTEBOOK_EXERCISES[chapter.slug]
     assert _notebook_exercises(chapter) == names
     exercises = _exercises(chapter)

@@ -1,79 +1,30 @@
-"""Chapter 4's graded exercises: what the generic registry and notebook tests cannot know.
+"""Chapter 4's exercises: what the tests of every chapter's exercises cannot know.
 
-The instructor's solutions pass the visible and hidden tests; the visible tests catch every slip of
-every exercise that is not a question (a student who self-checks sees red before grading); the
-references agree with course_lib and with peers; the statements' rules (duplicate merges, k > V,
-top-p's tolerance and p = 1) are what the references do; calling course_lib fails.
+tests/test_exercises.py checks, for chapter 4 as for every chapter, that the instructor's
+solutions pass the visible and hidden tests, that the visible tests catch every slip (a student
+who self-checks sees red before grading) and that calling course_lib fails. Here: the slips the
+issue named fail both; the references agree with course_lib and with peers; the statements' rules
+(duplicate merges, k > V, top-p's tolerance and p = 1) are what the references do.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-from typing import Any, Callable
 
 import pytest
 import torch
 
 from course_lib import bpe, copying, gpt, grading, sampling
 from course_lib.exercises import language_models as ex4
-from tests.conftest import cell_by_grade_id, setup_namespace, solution
-from tests.questions import answer
+from tests.conftest import (
+    cell_by_grade_id,
+    run_visible_tests,
+    setup_namespace,
+    with_notebook_signature,
+)
 
 pytestmark = pytest.mark.ch04
-
 SLUG = "04-language-models"
-NAMES = ["pair_counts", "merge", "bpe_encode", "bits_per_byte_loss", "generation_cost",
-         "cached_chunk_attention", "length_normalisation", "temperature_top_k", "top_p_filter",
-         "max_copy_length"]
-QUESTIONS = ["length_normalisation"]
-
-
-def _visible_part(name: str) -> str:
-    source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
-    return source.split("### BEGIN HIDDEN TESTS")[0]
-
-
-def _run_visible(name: str, fn: Callable[..., Any]) -> None:
-    namespace = setup_namespace(SLUG)
-    namespace[name] = fn
-    exec(compile(_visible_part(name), f"<{name} visible tests>", "exec"), namespace)
-
-
-def _positional(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """A slip with the notebook function's signature (visible tests call it positionally)."""
-    params = list(inspect.signature(solution(SLUG, name)).parameters)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return fn(**dict(zip(params, args)), **kwargs)
-
-    return wrapped
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_the_instructor_solution_passes_the_visible_and_hidden_tests(name: str, capsys) -> None:
-    fn = solution(SLUG, name)
-    _run_visible(name, fn)
-    assert "visible tests passed" in capsys.readouterr().out
-    exercise_id = f"language_models.{name}"
-    results = grading.evaluate(exercise_id, fn, answer(exercise_id))
-    assert [r.message for r in results if r.message] == []
-
-
-VISIBLY_CAUGHT = [(name, k) for name in NAMES if name not in QUESTIONS
-                  for k in range(len(ex4.EXERCISES[f"language_models.{name}"].slips))]
-
-
-@pytest.mark.parametrize("name,k", VISIBLY_CAUGHT)
-def test_the_visible_tests_catch_each_slip(name: str, k: int, capsys) -> None:
-    """Every listed slip (duplicate merges, k > V, ties, p = 1, the chunk's mask, ...) fails the
-    visible tests."""
-    slip = ex4.EXERCISES[f"language_models.{name}"].slips[k]
-    fn = slip.fn if name == "pair_counts" else _positional(slip.fn, name)
-    with pytest.raises(Exception) as err:
-        _run_visible(name, fn)
-    assert not isinstance(err.value, NotImplementedError)
-    assert "visible tests passed" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name,fn", [
@@ -84,7 +35,7 @@ def test_the_slips_the_issue_named_fail_visible_and_hidden_tests(name: str, fn, 
     """A dict that keeps a duplicated merge's last index, and top-k that lets topk fail for
     k > V, fail both the visible and the hidden tests."""
     with pytest.raises(Exception):
-        _run_visible(name, _positional(fn, name))
+        run_visible_tests(SLUG, name, with_notebook_signature(fn, SLUG, name))
     assert "visible tests passed" not in capsys.readouterr().out
     assert any(r.message for r in grading.evaluate(f"language_models.{name}", fn))
 
@@ -138,10 +89,6 @@ def bpe_encode(text, merges):
 """, namespace)
     results = grading.evaluate("language_models.bpe_encode", namespace["bpe_encode"])
     assert [r.message for r in results if r.message] == []
-
-
-def test_the_registry_holds_exactly_the_notebook_exercises() -> None:
-    assert sorted(ex4.EXERCISES) == sorted(f"language_models.{n}" for n in NAMES)
 
 
 def test_bpe_encode_reference_equals_the_tokenizer_on_a_trained_vocabulary() -> None:
@@ -274,24 +221,6 @@ def test_bits_per_byte_with_all_one_byte_tokens_is_nats_over_ln2() -> None:
     nats = torch.nn.functional.cross_entropy(inputs["logits"].flatten(0, 1),
                                              inputs["targets"].flatten())
     assert abs(got.item() - nats.item() / math.log(2)) < 1e-12
-
-
-@pytest.mark.parametrize("name,cheat", [
-    ("pair_counts", lambda ids: bpe.pair_counts(ids)),
-    ("merge", lambda ids, pair, new_id: bpe.merge(ids, pair, new_id)),
-    ("bpe_encode", lambda text, merges: bpe.Tokenizer.train(text, 256).encode(text)),
-    ("temperature_top_k",
-     lambda logits, temperature, k: sampling.filter_logits(logits, temperature, top_k=k)),
-    ("top_p_filter", lambda logits, p: sampling.top_p_filter(logits, p)),
-    ("generation_cost", lambda n_layer, n_embd, prompt_len, new_tokens:
-        gpt.generation_cost(n_layer, n_embd, prompt_len, new_tokens)),
-    ("max_copy_length", lambda state_floats, bits_per_float, alphabet_size:
-        copying.max_copy_length(state_floats, bits_per_float, alphabet_size)),
-])
-def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -> None:
-    results = grading.evaluate(f"language_models.{name}", cheat)
-    assert results and all(r.reference_called for r in results), name
-    assert grading.is_reference_call(results[0].message)
 
 
 def test_a_cached_step_through_course_libs_gpt_is_a_reference_call() -> None:

@@ -1,86 +1,28 @@
-"""What the generic registry and notebook tests cannot know about chapter 3's exercises.
+"""Chapter 3's exercises: what the tests of every chapter's exercises cannot know.
 
-Solutions come from the source notebook (``tests.conftest.solution``). Here: the visible tests of
-the two layer exercises catch the usual mistakes (transposed weights, wrong head split, sqrt(d),
-inverted masks, swapped norms, keys and values from the wrong place); ``mask_tokens`` is graded by
-its properties, so a correct solution that draws in another order passes; calling chapter 2's or
-chapter 3's layers is flagged. The questions are checked with every chapter's in
-tests/test_questions.py.
+tests/test_exercises.py checks, for chapter 3 as for every chapter, that the notebook's solutions
+pass their visible and hidden tests, that the visible tests of the two layer exercises catch the
+usual mistakes as a difference from torch's layers (transposed weights, wrong head split,
+sqrt(d), inverted masks, swapped norms, keys and values from the wrong place) and that calling
+chapter 2's or chapter 3's layers is flagged. The questions are checked with every chapter's in
+tests/test_questions.py. Here: the layer cases never mask a whole query row, and ``mask_tokens``
+is graded by its properties, so a correct solution that draws in another order passes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 import torch
 
-from course_lib import grading, lm, multihead
-from course_lib import transformer as tf
+from course_lib import grading, lm
 from course_lib.exercises import transformer as ex3
-from tests.conftest import cell_by_grade_id, setup_namespace, solution
 
 pytestmark = pytest.mark.ch03
-SLUG = "03-transformer"
-
-
-def _visible_part(name: str) -> str:
-    source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
-    return source.split("### BEGIN HIDDEN TESTS")[0]
-
-
-def _run_visible(name: str, fn: Callable[..., Any]) -> None:
-    namespace = setup_namespace(SLUG)
-    namespace[name] = fn
-    exec(compile(_visible_part(name), f"<{name} visible tests>", "exec"), namespace)
 
 
 # --------------------------------------------------------------------------------------------
-# The layer exercises: visible tests against torch peers on random weights
+# The layer exercises' hidden cases
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["encoder_layer", "decoder_layer"])
-def test_the_notebook_solution_passes_the_visible_and_hidden_tests(name: str, capsys) -> None:
-    fn = solution(SLUG, name)
-    _run_visible(name, fn)
-    assert "visible tests passed" in capsys.readouterr().out
-    assert grading.format_failures(f"transformer.{name}",
-                                   grading.evaluate(f"transformer.{name}", fn)) is None
-
-
-@pytest.mark.parametrize("slip", ex3._ENCODER_LAYER_SLIPS, ids=lambda s: s.message[:40])
-def test_the_encoder_visible_test_catches_each_slip(slip: grading.Slip) -> None:
-    with pytest.raises(AssertionError, match="differs from nn.TransformerEncoderLayer"):
-        _run_visible("encoder_layer", slip.fn)
-
-
-@pytest.mark.parametrize("slip", ex3._DECODER_LAYER_SLIPS, ids=lambda s: s.message[:40])
-def test_the_decoder_visible_test_catches_each_slip(slip: grading.Slip) -> None:
-    """Its second source is padded, so even ignoring cross_mask changes the output; keys and
-    values taken from y (length 4) cannot take the (B, 4, 6) cross_mask: that attempt raises."""
-    with pytest.raises((AssertionError, RuntimeError),
-                       match="differs from nn.TransformerDecoderLayer|size of tensor"):
-        _run_visible("decoder_layer", slip.fn)
-
-
-def _with_chapter2_mha(x, params, n_heads, mask, norm_first):
-    mha = multihead.MultiHeadAttention(x.shape[-1], n_heads).to(x.dtype)
-    return mha(x, x, x, None if mask is None else mask[:, None])[0]
-
-
-def _with_course_lib_decoder_layer(y, memory, params, n_heads, self_mask, cross_mask, norm_first):
-    layer = tf.DecoderLayer(y.shape[-1], n_heads, params["w_1"].shape[0]).to(y.dtype)
-    return layer(y, memory)[0]
-
-
-@pytest.mark.parametrize("name, fn", [("encoder_layer", _with_chapter2_mha),
-                                      ("decoder_layer", _with_course_lib_decoder_layer)])
-def test_using_course_lib_layers_is_flagged(name: str, fn: Callable[..., Any]) -> None:
-    results = grading.evaluate(f"transformer.{name}", fn)
-    assert all(r.reference_called for r in results)
-    with pytest.raises(grading.ReferenceCallError, match="calls course_lib's implementation"):
-        grading.check(f"transformer.{name}", fn)
 
 
 def test_layer_cases_never_mask_a_whole_query_row() -> None:
@@ -127,12 +69,6 @@ def test_the_reference_meets_every_property_in_every_case() -> None:
     for case in ex.cases():
         verdicts = grading.reference_output(ex, case)
         assert verdicts and all(verdicts.values()), (case.name, verdicts)
-
-
-def test_the_notebook_solution_of_mask_tokens_passes() -> None:
-    fn = solution(SLUG, "mask_tokens")
-    assert grading.format_failures("transformer.mask_tokens",
-                                   grading.evaluate("transformer.mask_tokens", fn)) is None
 
 
 def test_a_wrong_return_type_is_explained() -> None:
