@@ -14,7 +14,7 @@ each with the message its author reads.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,8 +53,8 @@ def _rotary_cases() -> list[Case]:
     ]
 
 
-def _rotary_slip(kind: str) -> Any:
-    def rotate(x, positions, theta=10000.0):
+def _rotary_slip(kind: str) -> Callable[..., torch.Tensor]:
+    def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
         d = x.shape[-1]
         i = torch.arange(0, d, 2, dtype=torch.float64)
         w = theta ** (-(i / 2 if kind == "theta" else i) / d)
@@ -109,8 +109,8 @@ def _rms_cases() -> list[Case]:
     ]
 
 
-def _rms_slip(kind: str) -> Any:
-    def norm(x, weight, eps=1e-5):
+def _rms_slip(kind: str) -> Callable[..., torch.Tensor]:
+    def norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
         if kind == "layernorm":
             x = x - x.mean(-1, keepdim=True)
         axis = -2 if kind == "axis" else -1
@@ -160,8 +160,8 @@ def _gqa_cases() -> list[Case]:
     ]
 
 
-def _gqa_slip(kind: str) -> Any:
-    def attend(q, k, v):
+def _gqa_slip(kind: str) -> Callable[..., torch.Tensor]:
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         h, g = q.shape[1], k.shape[1]
         if kind == "tile":
             k, v = k.repeat(1, h // g, 1, 1), v.repeat(1, h // g, 1, 1)
@@ -216,8 +216,9 @@ def _bytes_cases() -> list[Case]:
     ]
 
 
-def _bytes_slip(kind: str) -> Any:
-    def count(n_layers, n_kv_heads, head_dim, seq_len, batch_size, bytes_per_value, window=None):
+def _bytes_slip(kind: str) -> Callable[..., int]:
+    def count(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int,
+              bytes_per_value: int, window: int | None = None) -> int:
         cached = seq_len
         if window is not None and kind != "ignore_window":
             cached = window if kind == "always_window" else min(seq_len, window)
@@ -290,8 +291,9 @@ def _route_cases() -> list[Case]:
     ]
 
 
-def _route_slip(kind: str) -> Any:
-    def route(router_logits, k):
+def _route_slip(kind: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def route(router_logits: torch.Tensor,
+              k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         probs = router_logits.softmax(-1)
         top, experts = probs.topk(k, -1)
         weights = top if kind == "raw" else top / top.sum(-1, keepdim=True)
@@ -351,8 +353,9 @@ def _accept_cases() -> list[Case]:
     ]
 
 
-def _accept_slip(kind: str) -> Any:
-    def accept(p, q, drafts, u):
+def _accept_slip(kind: str) -> Callable[..., tuple[int, torch.Tensor]]:
+    def accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+               u: torch.Tensor) -> tuple[int, torch.Tensor]:
         k = drafts.shape[0]
         for i in range(k):
             x = int(drafts[i])
