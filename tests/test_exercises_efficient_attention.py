@@ -1,81 +1,26 @@
-"""Chapter 6's graded exercises: what the generic registry and notebook tests cannot know.
+"""Chapter 6's exercises: what the tests of every chapter's exercises cannot know.
 
-The instructor's solutions pass the visible and hidden tests; the visible tests catch every slip of
-every exercise (a student who self-checks sees red before grading); the two exercises whose
-statement bounds their memory fail a quadratic implementation that gets the output right; the
-references agree with independent peers; calling course_lib (this chapter's or chapter 2's
-attention, private helpers included) fails.
+tests/test_exercises.py checks, for chapter 6 as for every chapter, that the instructor's
+solutions pass the visible and hidden tests, that the visible tests catch every slip and that
+calling course_lib (this chapter's or chapter 2's attention, private helpers included) fails.
+Here: the two exercises whose statement bounds their memory fail a quadratic implementation that
+gets the output right, and the references agree with independent peers.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-from typing import Any, Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import attention, entmax, grading, linear_attention, sparse_attention
-from course_lib import tiled_attention
+from course_lib import grading, linear_attention, sparse_attention
 from course_lib.exercises import efficient_attention as ex6
-from tests.conftest import cell_by_grade_id, setup_namespace, solution
+from tests.conftest import run_visible_tests, solution
 
 pytestmark = pytest.mark.ch06
-
 SLUG = "06-efficient-attention"
-NAMES = ["sliding_window_mask", "layers_to_connect", "bigbird_mask", "causal_linear_attention",
-         "positive_random_features", "online_softmax_update", "query_tile_attention",
-         "sparsemax"]
-
-
-def _visible_part(name: str) -> str:
-    source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
-    return source.split("### BEGIN HIDDEN TESTS")[0]
-
-
-def _run_visible(name: str, fn: Callable[..., Any]) -> None:
-    namespace = setup_namespace(SLUG)
-    namespace[name] = fn
-    exec(compile(_visible_part(name), f"<{name} visible tests>", "exec"), namespace)
-
-
-def _positional(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """A slip with the notebook function's signature (visible tests call it positionally)."""
-    params = list(inspect.signature(solution(SLUG, name)).parameters)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return fn(**dict(zip(params, args)), **kwargs)
-
-    return wrapped
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_the_instructor_solution_passes_the_visible_and_hidden_tests(name: str, capsys) -> None:
-    fn = solution(SLUG, name)
-    _run_visible(name, fn)
-    assert "visible tests passed" in capsys.readouterr().out
-    results = grading.evaluate(f"efficient_attention.{name}", fn)
-    assert [r.message for r in results if r.message] == []
-
-
-def test_the_registry_holds_exactly_the_notebook_exercises() -> None:
-    assert sorted(ex6.EXERCISES) == sorted(f"efficient_attention.{n}" for n in NAMES)
-
-
-VISIBLY_CAUGHT = [(name, k) for name in NAMES
-                  for k in range(len(ex6.EXERCISES[f"efficient_attention.{name}"].slips))]
-
-
-@pytest.mark.parametrize("name,k", VISIBLY_CAUGHT)
-def test_the_visible_tests_catch_each_slip(name: str, k: int, capsys) -> None:
-    """Every listed slip (the short last block, the -inf guard, ...) fails the visible tests."""
-    slip = ex6.EXERCISES[f"efficient_attention.{name}"].slips[k]
-    with pytest.raises(Exception) as err:
-        _run_visible(name, _positional(slip.fn, name))
-    assert not isinstance(err.value, NotImplementedError)
-    assert "visible tests passed" not in capsys.readouterr().out
 
 
 # The stated algorithm is graded ---------------------------------------------------------------
@@ -104,7 +49,7 @@ def test_a_quadratic_implementation_with_the_right_output_fails(name: str, fn) -
     assert failed and all("memory bound" in r.name for r in failed), [r.name for r in failed]
     assert all("built a tensor of" in r.message for r in failed)
     with pytest.raises(AssertionError, match="you built a tensor of"):
-        _run_visible(name, fn)
+        run_visible_tests(SLUG, name, fn)
 
 
 @pytest.mark.parametrize("name", ["causal_linear_attention", "query_tile_attention"])
@@ -185,34 +130,6 @@ def test_sliding_window_reference_is_the_band_of_width_two_w_plus_one() -> None:
     mask = ex6.sliding_window_mask(12, 2)
     assert mask.sum(-1).tolist() == [3, 4, 5, 5, 5, 5, 5, 5, 5, 5, 4, 3]
     assert torch.equal(ex6.sliding_window_mask(12, 2, causal=True), mask.tril())
-
-
-# Calling course_lib fails ----------------------------------------------------------------------
-
-@pytest.mark.parametrize("name,cheat", [
-    ("sliding_window_mask", lambda n, window, causal=False: sparse_attention.dense_mask(
-        sparse_attention.sliding_window(window, causal), n)),
-    ("layers_to_connect", lambda n, window, dilation=1, global_tokens=():
-        sparse_attention.layers_to_connect(sparse_attention.dense_mask(sparse_attention.union(
-            sparse_attention.dilated_window(window, dilation),
-            sparse_attention.global_tokens(list(global_tokens))), n))),
-    ("causal_linear_attention",
-     lambda q, k, v: linear_attention.kernel_attention(q, k, v, causal=True)),
-    ("positive_random_features", lambda x, w: linear_attention.positive_random_features(x, w)),
-    ("online_softmax_update",
-     lambda m, l, scores: tiled_attention.online_softmax_update(m, l, scores)),
-    ("query_tile_attention", lambda q, k, v, block_size: tiled_attention.tiled_attention_forward(
-        q, k, v, 1 / math.sqrt(q.shape[-1]), block_k=block_size)),
-    ("query_tile_attention", lambda q, k, v, block_size: (
-        attention.scaled_dot_product_attention(q, k, v),
-        torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1))),
-    ("sparsemax", lambda z: entmax.entmax(z, alpha=2.0)),
-    ("sparsemax", lambda z: entmax._sparsemax_forward(z)),
-])
-def test_calling_course_lib_fails_with_the_reference_message(name: str, cheat) -> None:
-    results = grading.evaluate(f"efficient_attention.{name}", cheat)
-    assert results and all(r.reference_called for r in results), name
-    assert grading.is_reference_call(results[0].message)
 
 
 def test_the_performer_demo_features_are_the_exercise_reference() -> None:

@@ -1,5 +1,8 @@
-"""Chapter 9's graded exercises: the instructor's solutions pass, the references agree with
-independent peers (first principles), the slips fail with their own messages."""
+"""Chapter 9's exercises: the references agree with independent peers (first principles), and
+the question's answer is what the shipped run measured.
+
+That the instructor's solutions pass and the slips fail with their own messages is checked for
+every chapter in tests/test_exercises.py and tests/test_exercise_registries.py."""
 
 from __future__ import annotations
 
@@ -9,36 +12,10 @@ from fractions import Fraction
 import pytest
 import torch
 
-from course_lib import grading, reasoning, rl
-from course_lib.exercises import reasoning as ex9
-from tests.conftest import solution
+from course_lib import reasoning, rl
 from tests.questions import answer
 
 pytestmark = pytest.mark.ch09
-
-SLUG = "09-reasoning"
-NAMES = ["majority_vote", "pass_at_k", "group_advantages", "rloo_advantages", "grpo_loss",
-         "hacking_prediction"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_the_instructor_solution_passes_every_hidden_case(name: str) -> None:
-    results = grading.evaluate(f"reasoning.{name}", solution(SLUG, name),
-                               answer(f"reasoning.{name}"))
-    assert [r.message for r in results if r.message] == []
-
-
-def test_the_registry_holds_exactly_the_notebook_exercises() -> None:
-    assert sorted(ex9.EXERCISES) == sorted(f"reasoning.{n}" for n in NAMES)
-
-
-@pytest.mark.parametrize("exercise_id", sorted(ex9.EXERCISES))
-def test_every_slip_fails_with_its_own_message(exercise_id: str) -> None:
-    exercise = ex9.EXERCISES[exercise_id]
-    for slip in exercise.slips:
-        messages = [r.message for r in grading.evaluate(exercise_id, slip.fn) if r.message]
-        assert messages, f"{exercise_id}: the slip {slip.message!r} passes every case"
-        assert any(slip.message in m for m in messages), (exercise_id, slip.message, messages)
 
 
 def test_pass_at_k_equals_exact_binomials() -> None:
