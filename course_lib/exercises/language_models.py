@@ -555,7 +555,8 @@ def _cost_cases() -> list[Case]:
     ]
 
 
-def _cost(n_layer, n_embd, prompt_len, new_tokens, slip=""):
+def _cost(n_layer: int, n_embd: int, prompt_len: int, new_tokens: int,
+          slip: str = "") -> tuple[int, int, int]:
     """A wrong cost, one per ``slip`` (no setting of it is correct)."""
     P, n = prompt_len, new_tokens
     without = sum(P + i - 1 for i in range(1, n + 1))
@@ -642,7 +643,9 @@ def _chunk_cases() -> list[Case]:
     ]
 
 
-def _chunk(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head, slip):
+def _chunk(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, w_attn: torch.Tensor,
+           b_attn: torch.Tensor, w_proj: torch.Tensor, b_proj: torch.Tensor, n_head: int,
+           slip: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A wrong chunk of cached attention, one per ``slip`` (no setting of it is correct)."""
     B, T, d = x.shape
     P, dh = past_k.shape[2], d // n_head
@@ -716,7 +719,7 @@ def _copy_cases() -> list[Case]:
     ]
 
 
-def _copy_bound(state_floats, bits_per_float, alphabet_size, slip=""):
+def _copy_bound(state_floats: int, bits_per_float: int, alphabet_size: int, slip: str = "") -> int:
     """A wrong bound, one per ``slip`` (no setting of it is correct)."""
     bits = state_floats * bits_per_float
     if slip == "natural log":
