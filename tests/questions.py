@@ -7,19 +7,18 @@ cell does.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from autograder.chapter_spec import load_chapter_spec
-from autograder.paths import find_chapters
+from coursebook.chapters import all_chapters
 
 
-@lru_cache(maxsize=None)
+@cache
 def notebook_answers() -> dict[str, str]:
     """``exercise id -> letter`` of every question of every chapter's source notebook."""
     out: dict[str, str] = {}
-    for chapter in find_chapters():
-        out.update(load_chapter_spec(chapter.name, chapter.exercise_chapter,
-                                     chapter.source).answers)
+    for chapter in all_chapters():
+        out.update(load_chapter_spec(chapter.slug, chapter.exercises, chapter.source).answers)
     return out
 
 

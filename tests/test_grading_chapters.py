@@ -28,25 +28,22 @@ import sys
 import nbformat
 import pytest
 
-from autograder.paths import REPO, Chapter, find_chapters
+from coursebook.chapters import REPO, all_chapters, find_chapter
+from tests.adversarial.chapters import released_copy
 from tests.adversarial.generate import load, solved_release
 
 pytestmark = [pytest.mark.slow]
 
-CHAPTERS = [c.name for c in find_chapters()]
+CHAPTERS = [c.slug for c in all_chapters()]
 
 
 @pytest.fixture(scope="module", params=[
     pytest.param(name, marks=pytest.mark.xdist_group(f"nbgrader-{name}")) for name in CHAPTERS])
 def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The chapter's solution and blank release autograded by stock nbgrader, in one run."""
-    from publish.cli import chapters_at
-    from publish.release import release
-
     name = request.param
     tmp = tmp_path_factory.mktemp(name)
-    chapter = Chapter(name, REPO / "solutions", tmp / "chapters")
-    release(chapters_at(chapter.source_root, chapter.release_root, [chapter.name]))
+    chapter = released_copy(find_chapter(name), tmp / "course")
     spec = load(chapter)
     rel = nbformat.read(chapter.release, as_version=4)
     src = nbformat.read(chapter.source, as_version=4)
@@ -57,8 +54,7 @@ def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     env = {**os.environ, "COURSE_LIB_QUICK": "1"}
     out = tmp / "out-nbgrader"
     cmd = [sys.executable, "-m", "autograder", "grade", name, str(subs), "--out", str(out),
-           "--source-root", str(chapter.source_root), "--release-root",
-           str(chapter.release_root), "--no-progress", "--engine", "nbgrader"]
+           "--root", str(chapter.root), "--no-progress", "--engine", "nbgrader"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     with open(out / "grades.csv", newline="") as f:

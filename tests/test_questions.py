@@ -20,13 +20,13 @@ import pytest
 import course_lib
 from autograder.chapter_spec import CHECK_RE, load_chapter_spec, without_answer
 from autograder.judge import Judge
-from autograder.paths import find_chapters
 from autograder.strip import answers_to_strip, build_sandbox_course_lib
 from course_lib import grading
+from coursebook.chapters import all_chapters
 from tests.conftest import load, release_notebook, solution
 from tests.questions import answer, notebook_answers
 
-CHAPTERS = {c.exercise_chapter: c for c in find_chapters()}
+CHAPTERS = {c.exercises: c for c in all_chapters()}
 EXERCISES = [ex for chapter in grading.exercise_chapters()
              for ex in grading.chapter_exercises(chapter).values()]
 QUESTIONS = [ex for ex in EXERCISES if isinstance(ex, grading.Question)]
@@ -53,7 +53,7 @@ def test_only_questions_get_an_answer_from_their_hidden_test() -> None:
 
 @pytest.mark.parametrize("ex", QUESTIONS, ids=IDS)
 def test_the_statement_offers_exactly_the_choices(ex: grading.Question) -> None:
-    cells = load(release_notebook(CHAPTERS[ex.chapter].name))["cells"]
+    cells = load(release_notebook(CHAPTERS[ex.chapter].slug))["cells"]
     (k,) = [k for k, c in enumerate(cells)
             if c["metadata"].get("nbgrader", {}).get("grade_id") == ex.name]
     statement = "".join(cells[k - 1]["source"])  # the markdown cell above the solution
@@ -64,7 +64,7 @@ def test_the_statement_offers_exactly_the_choices(ex: grading.Question) -> None:
 
 @pytest.mark.parametrize("ex", QUESTIONS, ids=IDS)
 def test_the_notebook_solution_passes_whatever_its_case_and_spacing(ex: grading.Question) -> None:
-    fn = solution(CHAPTERS[ex.chapter].name, ex.name)
+    fn = solution(CHAPTERS[ex.chapter].slug, ex.name)
     assert _grade(ex, fn) == ""
     letter = fn()
     assert _grade(ex, lambda: f" {letter.upper()} ") == ""
@@ -149,7 +149,7 @@ def test_the_sandbox_copy_holds_no_answer(tmp_path: Path) -> None:
 @pytest.mark.parametrize("chapter", sorted({ex.chapter for ex in QUESTIONS}))
 def test_the_sandbox_runs_the_hidden_call_without_the_answer(chapter: str) -> None:
     ch = CHAPTERS[chapter]
-    spec = load_chapter_spec(ch.name, ch.exercise_chapter, ch.source)
+    spec = load_chapter_spec(ch.slug, ch.exercises, ch.source)
     for ex in spec.exercises:
         assert "answer=" not in ex.hidden_test, ex.exercise_id
         assert ex.hidden_test.strip() == f'grading.check("{ex.exercise_id}", {ex.function})'
