@@ -5,12 +5,12 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# MathJax served by the site itself (from the npm registry, pinned): pages render math offline.
-# Pages load startup.js and only the components they use (TeX input, CommonHTML output, assistive
-# MathML; _config.yml), not the combined tex-mml-chtml.js with its menu (kept for the browser
-# check's own test pages).
+# MathJax typesets the formulas at build time (_ext/course_pages.py runs mathjax-full in Node, from
+# the npm registry, pinned): pages load no MathJax script, only the CommonHTML fonts they draw,
+# served by the site (offline). The browser bundle (es5/) stays in node_modules for the browser
+# check's own test pages.
 MATHJAX_VERSION := 3.2.2
-MATHJAX := _build/vendor/static/mathjax/startup.js
+MATHJAX := _build/vendor/mathjax-node/node_modules/mathjax-full/js/mathjax.js
 # MathJax 2.7.7, the version nbconvert's HTML template configures: the Colab copies of the chapters
 # are rendered as plain Jupyter renders them (tests/test_colab.py), offline.
 MATHJAX2_VERSION := 2.7.7
@@ -47,14 +47,11 @@ sysdeps:
 	fi
 
 $(MATHJAX):
-	rm -rf _build/vendor/npm _build/vendor/static/mathjax
-	mkdir -p _build/vendor/npm _build/vendor/static/mathjax/input/tex
-	npm install --silent --no-audit --no-fund --prefix _build/vendor/npm mathjax@$(MATHJAX_VERSION)
-	cd _build/vendor/npm/node_modules/mathjax/es5 && \
-	  cp -r tex-mml-chtml.js startup.js core.js output ui a11y $(CURDIR)/_build/vendor/static/mathjax/ && \
-	  cp input/tex.js $(CURDIR)/_build/vendor/static/mathjax/input/ && \
-	  cp -r input/tex/extensions $(CURDIR)/_build/vendor/static/mathjax/input/tex/
-	rm -rf _build/vendor/npm
+	rm -rf _build/vendor/mathjax-node _build/vendor/static/mathjax
+	mkdir -p _build/vendor/mathjax-node _build/vendor/static/mathjax/output/chtml/fonts
+	npm install --silent --no-audit --no-fund --prefix _build/vendor/mathjax-node mathjax-full@$(MATHJAX_VERSION)
+	cp -r _build/vendor/mathjax-node/node_modules/mathjax-full/es5/output/chtml/fonts/woff-v2 \
+	  _build/vendor/static/mathjax/output/chtml/fonts/
 
 $(AXE):
 	rm -rf _build/vendor/npm-axe _build/vendor/axe

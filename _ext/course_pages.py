@@ -11,6 +11,11 @@ what Jupyter Book, sphinx-book-theme and pydata-sphinx-theme write, and why (iss
 * **Styles** (``_ext/static/course-pages.css``): visible keyboard focus on every control; long
   inline code wraps; on a phone a plot uses the screen's width and never shrinks below the width
   at which its smallest text is ``MIN_LABEL_PX`` px (a wider plot scrolls inside its own box).
+* **Formulas** are typeset at build time: MathJax 3 (mathjax-full, vendored by the Makefile) in
+  Node (``_ext/typeset_math.js``) writes each as CommonHTML with its assistive MathML for screen
+  readers, and the page's head gets the stylesheet of the characters it draws (the fonts are the
+  site's). Pages load no MathJax script (0.75 MB), and formulas are no Tab stops (no menu); a TeX
+  error or an undefined macro is a build warning.
 * **Page bodies**: a display equation sits in a box that scrolls when it is too wide (MathJax's
   own container would scroll without taking keyboard focus, as formulas are no Tab stops);
   citations are a list of ``listitem`` (docutils writes ``role="list"`` around
@@ -30,8 +35,11 @@ The functions above the Sphinx hooks take plain values and are unit-tested in te
 from __future__ import annotations
 
 import html
+import json
 import math
+import os
 import re
+import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -88,6 +96,85 @@ class="math notranslate nohighlight">x</div></div>'
     return _DISPLAY_MATH.sub(
         lambda m: f'<div class="course-equation pst-scrollable-table-container">{m.group(0)}</div>',
         body)
+
+
+#: mathjax-full (npm, vendored by the Makefile): Node typesets the formulas with it at build time.
+MATHJAX_FULL = HERE.parent / "_build" / "vendor" / "mathjax-node" / "node_modules" / "mathjax-full"
+#: MathJax's CommonHTML fonts as the site serves them (html_static_path), for the page's stylesheet.
+MATH_FONTS = "_static/mathjax/output/chtml/fonts/woff-v2"
+
+_FORMULA = re.compile(
+    r'(?P<open><span class="math notranslate nohighlight">)\\\((?P<inline>.*?)\\\)(?=</span>)'
+    r'|(?P<dopen><div class="math notranslate nohighlight"[^>]*>\s*'
+    r'(?:<span class="eqno">.*?</span>)?)\\\[(?P<display>.*?)\\\](?=</div>)', re.DOTALL)
+
+#: ``render([(tex, display), ...]) -> ([html, ...], css)``: how a page's formulas are typeset.
+Render = Callable[[list[tuple[str, bool]]], tuple[list[str], str]]
+
+
+def typeset_formulas(body: str, render: Render) -> tuple[str, str]:
+    r"""``body`` with each formula Sphinx wrote (``\(..\)`` and ``\[..\]`` in their ``math``
+    elements) replaced by its typeset HTML, and the stylesheet those need ("" if none).
+
+    >>> typeset_formulas('<span class="math notranslate nohighlight">\\(a &lt; b\\)</span>',
+    ...                  lambda fs: ([f"[{t}|{d}]" for t, d in fs], "css"))
+    ('<span class="math notranslate nohighlight">[a < b|False]</span>', 'css')
+    """
+    found = list(_FORMULA.finditer(body))
+    if not found:
+        return body, ""
+    formulas = [(html.unescape(m.group("inline") if m.group("open") else m.group("display")),
+                 not m.group("open")) for m in found]
+    typeset, css = render(formulas)
+    parts, last = [], 0
+    for match, out in zip(found, typeset, strict=True):
+        parts += [body[last:match.start()], match.group("open") or match.group("dopen"), out]
+        last = match.end()
+    return "".join(parts) + body[last:], css
+
+
+def math_problems(formulas: Iterable[tuple[str, bool]], typeset: Iterable[str]) -> list[str]:
+    r"""The formulas MathJax could not typeset: a TeX error, or an undefined macro (red text).
+
+    >>> math_problems([("x", False), ("\\nope", False)],
+    ...               ["<math><mi>x</mi></math>", '<math><mtext mathcolor="red">'])
+    ['undefined macro in: \\nope']
+    """
+    out = []
+    for (tex, _display), html_out in zip(formulas, typeset, strict=True):
+        if "<merror" in html_out:
+            out.append(f"TeX error in: {tex[:120]}")
+        elif 'mathcolor="red"' in html_out:
+            out.append(f"undefined macro in: {tex[:120]}")
+    return out
+
+
+def minify_css(css: str) -> str:
+    r"""MathJax's stylesheet without its comments, indentation and line breaks.
+
+    >>> minify_css('a /* 0 */ {\n  b: 1;\n}\n\nc {\n  d: " ";\n}\n')
+    'a{b: 1;}c{d: " ";}'
+    """
+    return re.sub(r"\s*\{\s*", "{", re.sub(r"\n\s*|/\*.*?\*/", "", css))
+
+
+def node_renderer(macros: dict[str, str], font_url: str,
+                  mathjax_full: Path = MATHJAX_FULL) -> Render:
+    """A ``Render`` that typesets with MathJax in Node (``_ext/typeset_math.js``): CommonHTML
+    with each formula's assistive MathML, its fonts from ``font_url``."""
+    if not (mathjax_full / "js" / "mathjax.js").is_file():
+        raise FileNotFoundError(f"{mathjax_full} is missing: `make setup` vendors mathjax-full")
+
+    def render(formulas: list[tuple[str, bool]]) -> tuple[list[str], str]:
+        request = {"formulas": [{"tex": t, "display": d} for t, d in formulas],
+                   "macros": macros, "fontURL": font_url}
+        done = subprocess.run(["node", str(HERE / "typeset_math.js")], check=True,
+                              input=json.dumps(request), capture_output=True, text=True,
+                              env={**os.environ, "MATHJAX_FULL": str(mathjax_full)})
+        answer = json.loads(done.stdout)
+        return answer["html"], minify_css(answer["css"])
+
+    return render
 
 
 _PLOT = re.compile(r'<img alt="(?P<alt>[^"]*)" src="(?P<src>[^"]*_images/[^"]+\.png)" />')
@@ -224,14 +311,15 @@ def subset_icon_fonts(outdir: Path, codepoints: set[int]) -> int:
 
 
 def without_unused(assets: Iterable[Any], body: str) -> list[Any]:
-    """Script or CSS assets minus sphinx-thebe's (files and inline configuration: no live-code
-    button is configured) and, on a page without its components, sphinx-design's."""
+    """Script or CSS assets minus MathJax's (the formulas are typeset at build time), sphinx-thebe's
+    (files and inline configuration: no live-code button is configured) and, on a page without
+    its components, sphinx-design's."""
     design = 'class="sd-' in body
 
     def unused(asset: Any) -> bool:
         name = str(getattr(asset, "filename", asset) or "").lower()
         text = str(getattr(asset, "attributes", {}).get("body", "")).lower()
-        return ("thebe" in name or "thebe" in text
+        return ("thebe" in name or "thebe" in text or "mathjax" in name or "mathjax" in text
                 or (not design and ("sphinx-design" in name or "design-tabs" in name)))
     return [a for a in assets if not unused(a)]
 
@@ -278,7 +366,30 @@ def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[st
         source = sources.get(PurePosixPath(src).name)
         return png_info(source) if source is not None else None
 
-    context["body"] = mark_plots(wrap_display_math(citations_as_list(body)), info, text_pt)
+    body = mark_plots(wrap_display_math(citations_as_list(body)), info, text_pt)
+    context["body"] = typeset_page(app, pagename, context, body)
+
+
+def typeset_page(app: Sphinx, pagename: str, context: dict[str, Any], body: str) -> str:
+    """``body`` with its formulas typeset (MathJax in Node), their stylesheet in the page's head
+    (only the characters this page draws); each formula MathJax could not typeset is a warning."""
+    config = app.config.mathjax3_config or {}
+    render = node_renderer(config.get("tex", {}).get("macros", {}),
+                           context["pathto"](MATH_FONTS, 1))
+    seen: list[tuple[list[tuple[str, bool]], list[str]]] = []
+
+    def checked(formulas: list[tuple[str, bool]]) -> tuple[list[str], str]:
+        typeset, css = render(formulas)
+        seen.append((formulas, typeset))
+        return typeset, css
+
+    body, css = typeset_formulas(body, checked)
+    for formulas, typeset in seen:
+        for problem in math_problems(formulas, typeset):
+            LOGGER.warning(f"course_pages: {problem}", location=pagename)
+    if css:
+        context["metatags"] = context.get("metatags", "") + f"\n<style>{css}</style>"
+    return body
 
 
 def lighten_assets(app: Sphinx, exception: Exception | None) -> None:

@@ -4,9 +4,10 @@ Driven over the Chrome DevTools Protocol (``--remote-debugging-port`` and ``webs
 both already in the development environment; Debian's ``chromium``). The site is served from a
 local HTTP server on 127.0.0.1 (a free port), as a reader's browser would get it. For each page:
 console errors and uncaught exceptions, failed requests (network errors and HTTP status >= 400),
-MathJax typeset with no error node (``mjx-merror``), every ``<img>`` loaded with a non-zero size,
-the launch and download buttons (sphinx-book-theme's header menus), the bytes and requests of a
-first visit (the browser cache is off, so every load is a first load), and a full-page screenshot.
+math typeset (at build time, or by MathJax in the page) with no error node (``mjx-merror``) and
+no undefined macro, every ``<img>`` loaded with a non-zero size, the launch and download buttons
+(sphinx-book-theme's header menus), the bytes and requests of a first visit (the browser cache is
+off, so every load is a first load), and a full-page screenshot.
 The accessibility, phone-layout, figure and weight checks live in ``scripts/site_audit.py``.
 
     python scripts/site_browser.py _build/html --screenshots _build/screenshots
@@ -72,7 +73,9 @@ _INSPECT = """
     // Undefined macros (red text from MathJax's noundefined package) and TeX errors, found in
     // MathJax's own math items: the rendered DOM draws characters with CSS, not text.
     math_problems: (() => {
-      const out = [];
+      // Formulas typeset at build time: an undefined macro is red text in the assistive MathML.
+      const out = Array.from(document.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]'))
+          .map(e => "undefined macro: " + e.textContent.slice(0, 120));
       if (!(window.MathJax && MathJax.startup && MathJax.startup.document)) { return out; }
       try {
         for (const item of MathJax.startup.document.math) {

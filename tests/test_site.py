@@ -124,13 +124,38 @@ def test_citations_are_list_items_and_unused_assets_are_not_loaded() -> None:
     assert pages_ext.without_unused(scripts, '<div class="sd-tab-set">')[-1] == scripts[4]
 
 
-def test_the_site_loads_mathjax_without_its_menu_and_formulas_are_no_tab_stops() -> None:
-    config = CONFIG["sphinx"]["config"]
-    assert config["mathjax_path"] == "mathjax/startup.js"
-    mathjax = config["mathjax3_config"]
-    assert "a11y/assistive-mml" in mathjax["loader"]["load"], "formulas stay readable"
-    assert not any(c.startswith("ui/") for c in mathjax["loader"]["load"])
-    assert mathjax["options"]["menuOptions"]["settings"]["inTabOrder"] is False
+def _render() -> pages_ext.Render:
+    """The site's renderer (MathJax in Node) with _config.yml's macros."""
+    macros = CONFIG["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    return pages_ext.node_renderer(macros, "fonts")
+
+
+def test_formulas_are_typeset_at_build_time_readable_and_no_tab_stops() -> None:
+    """Each formula becomes CommonHTML with its MathML for screen readers, no Tab stop and no
+    MathJax script on the page; the course's macros are defined, and errors are found."""
+    body = ('<p><span class="math notranslate nohighlight">\\(\\softmax(x) &lt; 1\\)</span></p>'
+            '<div class="math notranslate nohighlight" id="equation-a">\n<span class="eqno">(1)'
+            '</span>\\[\\frac{1}{2}\\]</div>')
+    typeset, css = pages_ext.typeset_formulas(body, _render())
+    assert "\\(" not in typeset and "\\[" not in typeset
+    assert typeset.count("<mjx-container") == 2 and 'display="true"' in typeset
+    assert typeset.count("<mjx-assistive-mml") == 2 and "mathcolor" not in typeset
+    assert "<mi>softmax</mi>" in typeset and "<mo>&lt;</mo>" in typeset
+    assert "tabindex" not in typeset
+    assert '<span class="eqno">(1)</span><mjx-container' in typeset, "equation numbers stay"
+    assert "@font-face" in css and 'url("fonts/MathJax_Main-Regular.woff")' in css
+    formulas = [("\\nosuchmacro x", False), ("\\frac{1", False), ("x", True)]
+    html, _css = _render()(formulas)
+    assert pages_ext.math_problems(formulas, html) == ["undefined macro in: \\nosuchmacro x",
+                                                       "TeX error in: \\frac{1"]
+
+
+def test_pages_load_no_mathjax_script() -> None:
+    from sphinx.builders.html._assets import _JavaScript
+
+    scripts = [_JavaScript("mathjax/startup.js"), _JavaScript(None, body="window.MathJax = {}"),
+               _JavaScript("a.js")]
+    assert pages_ext.without_unused(scripts, "<p>") == [scripts[2]]
 
 
 def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
@@ -297,7 +322,8 @@ def test_link_checker_finds_missing_files_and_anchors(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ slow: the browser check itself
 
-MATHJAX = BUILD / "vendor" / "static" / "mathjax"
+#: MathJax as a browser loads it (the es5 bundles of the vendored mathjax-full).
+MATHJAX = pages_ext.MATHJAX_FULL / "es5"
 
 
 @pytest.mark.slow
@@ -354,19 +380,23 @@ def _page(title: str, head: str, body: str, lang: str = ' lang="en"') -> str:
 def test_site_audit_finds_each_defect_on_a_tiny_site(tmp_path: Path) -> None:
     """A page with every defect the audit looks for fails each check; a clean one passes all.
 
-    The clean page loads MathJax as the site does (startup.js and _config.yml's settings); the
-    faulty one loads the combined tex-mml-chtml.js with its menu, whose formulas are Tab stops.
+    The clean page's formula is typeset at build time as the site's are (course_pages, fonts
+    served by the site); the faulty one loads MathJax's combined tex-mml-chtml.js with its menu,
+    whose formulas are Tab stops.
     """
     assert audit_mod.AXE.is_file(), "axe-core is vendored by `make setup`"
     site = tmp_path / "site"
     shutil.copytree(MATHJAX, site / "mathjax")
+    shutil.copytree(BUILD / "vendor" / "static" / "mathjax", site / "_static" / "mathjax")
     _plot(site / "plot.png")
     shutil.copyfile(site / "plot.png", site / "copy.png")
     (site / "big.js").write_text("// " + "x" * audit_mod.MAX_CHAPTER_BYTES + "\n")
-    config = json.dumps(CONFIG["sphinx"]["config"]["mathjax3_config"])
-    site_math = f'<script>window.MathJax = {config};</script><script src="mathjax/startup.js"></script>'
-    (site / "good.html").write_text(_page("Good", site_math, (
-        '<p>A formula \\(x^2\\) and a <a href="#top">link</a>. <button>Run</button></p>'
+    macros = CONFIG["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    formula, css = pages_ext.typeset_formulas(
+        '<span class="math notranslate nohighlight">\\(x^2\\)</span>',
+        pages_ext.node_renderer(macros, pages_ext.MATH_FONTS))
+    (site / "good.html").write_text(_page("Good", f"<style>{css}</style>", (
+        f'<p>A formula {formula} and a <a href="#top">link</a>. <button>Run</button></p>'
         '<div class="cell_output"><img alt="a curve rising from 0 to 4" src="plot.png"></div>')))
     (site / "bad.html").write_text(_page("Bad", (
         '<script src="mathjax/tex-mml-chtml.js"></script><script src="big.js"></script>'
@@ -494,6 +524,8 @@ def test_math_is_typeset_without_errors(visit: dict) -> None:
     problems = {p: r.info["math_errors"] + r.info["math_problems"] for p, r in pages.items()
                 if r.info["math_errors"] or r.info["math_problems"]}
     assert not problems, json.dumps(problems, indent=1)[:6000]
+    scripted = [p for p, r in pages.items() if r.info["mathjax"]]
+    assert not scripted, f"formulas are typeset at build time, yet MathJax runs on {scripted}"
     for page in ["notation.html"] + [f"chapters/{s}/{release_notebook(s).stem}.html"
                                      for s in chapter_slugs()]:
         assert pages[page].info["math_nodes"] >= 10, f"{page}: MathJax typeset its formulas"
