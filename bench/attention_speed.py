@@ -26,7 +26,8 @@ import platform
 import shlex
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -90,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                    for _ in range(3))
         mask = attention.causal_mask(length, device) if args.mask == "causal" else None
         variants: dict[str, Callable[..., torch.Tensor]] = {
-            "reference": lambda q, k, v: attention.scaled_dot_product_attention(
-                q, k, v, mask, impl="reference"),
-            "fast": lambda q, k, v: attention.scaled_dot_product_attention(
-                q, k, v, mask, impl="fast"),
-            "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            "reference": partial(attention.scaled_dot_product_attention, mask=mask,
+                                 impl="reference"),
+            "fast": partial(attention.scaled_dot_product_attention, mask=mask, impl="fast"),
+            "sdpa": partial(F.scaled_dot_product_attention, attn_mask=mask),
         }
         for fn in variants.values():  # warm-up: allocator, kernel selection
             _step(fn, q, k, v, device)

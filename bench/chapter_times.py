@@ -31,7 +31,8 @@ def run(path: Path) -> tuple[float, int]:
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
-    errors = sum(1 for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error")
+    errors = sum(1 for c in nb.cells for o in c.get("outputs", [])
+                 if o.get("output_type") == "error")
     return seconds, errors
 
 

@@ -36,22 +36,34 @@ and ``--threads N`` measure wall-clock time instead (use on a quiet machine or a
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import shlex
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from course_lib.attention import scaled_dot_product_attention
-from course_lib.complexity import (KINDS, crossover, flops, loglog_slope, measure, peak_memory,
-                                   time_call)
+from course_lib.complexity import (
+    KINDS,
+    crossover,
+    flops,
+    loglog_slope,
+    measure,
+    peak_memory,
+    time_call,
+)
 from course_lib.linear_attention import init_state, linear_attention_step
-from course_lib.sparse_attention import block_layout, block_sparse_attention, dense_mask, sliding_window
+from course_lib.sparse_attention import (
+    block_layout,
+    block_sparse_attention,
+    dense_mask,
+    sliding_window,
+)
 from course_lib.tiled_attention import naive_attention, tiled_attention
 
 MiB = 1 << 20
@@ -86,7 +98,10 @@ def complexity_table(d: int, ns: list[int], device: str, repeats: int) -> None:
         t = crossover(ns, att.seconds, results[rnn].seconds)
         m = crossover(ns, att.peak_bytes, results[rnn].peak_bytes)
         f = crossover(ns, [flops("attention", n, d) for n in ns], [flops(rnn, n, d) for n in ns])
-        fmt = lambda x: "beyond the range" if x is None else f"{x:.0f}"  # noqa: E731
+
+        def fmt(x: float | None) -> str:
+            return "beyond the range" if x is None else f"{x:.0f}"
+
         print(f"attention costs more than {rnn.upper()} from n = {fmt(t)} (time), {fmt(m)} "
               f"(memory), {fmt(f)} (FLOPs)")
 
@@ -105,14 +120,14 @@ def block_sparse_table(ns: list[int], dense_max: int, window: int, block: int, d
     for n in ns:
         q, k, v = (torch.randn(1, heads, n, d, generator=g).to(device) for _ in range(3))
         layout = block_layout(pat, n, block, device)  # precomputed once, like a kernel's layout
-        sparse = lambda: block_sparse_attention(q, k, v, pat, block, layout)  # noqa: E731
+        sparse = partial(block_sparse_attention, q, k, v, pat, block, layout)
         st, sm = time_call(sparse, repeats=repeats, clock=CLOCK), peak_memory(sparse, device)
         rows["st"].append(st)
         rows["sm"].append(sm)
         line = f"{n:6d} {st * 1e3:10.2f} "
         if n <= dense_max:
             mask = dense_mask(pat, n, device)
-            dense = lambda: scaled_dot_product_attention(q, k, v, mask)  # noqa: E731
+            dense = partial(scaled_dot_product_attention, q, k, v, mask)
             dt, dm = time_call(dense, repeats=repeats, clock=CLOCK), peak_memory(dense, device)
             err = (sparse() - dense()).abs().max().item()
             rows["dt"].append(dt)
@@ -157,21 +172,35 @@ def tiled_table(n: int, block: int, device: str) -> None:
     print(f"{'path':>11s} {'peak MiB':>10s} {'saved MiB':>10s} {'seconds':>9s}")
     peaks = {}
     outs = {}
+
+    def step(name: str, fn: Callable[[], torch.Tensor]) -> None:
+        out = fn()
+        out.backward(d_out)
+        outs[name] = out.detach()
+
     for name, fn in paths.items():
-        def step() -> None:
-            out = fn()
-            out.backward(d_out)
-            outs[name] = out.detach()
         saved = _saved_bytes(fn)
         q.grad = k.grad = v.grad = None
         start = CLOCK()
-        peaks[name] = peak_memory(step, device)
+        peaks[name] = peak_memory(partial(step, name, fn), device)
         seconds = CLOCK() - start  # one run, under the profiler
         print(f"{name:>11s} {peaks[name] / MiB:10.1f} {saved / MiB:10.1f} {seconds:9.2f}")
     err = (outs["tiled"] - outs["torch SDPA"]).abs().max().item()
     ratio = peaks["tiled"] / peaks["naive"]
     print(f"tiled / naive peak memory = {ratio:.4f} (target <= 0.1: "
           f"{'met' if ratio <= 0.1 else 'NOT met'}); max |tiled - SDPA| = {err:.1e}")
+
+
+def _softmax_step(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> torch.Tensor:
+    # As course_lib.gpt.KVCache: append the new key and value, attend to all of them.
+    kk, vv = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+    return F.scaled_dot_product_attention(q, kk, vv)
+
+
+def _linear_step(state: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> torch.Tensor:
+    return linear_attention_step(state, q[..., 0, :], k[..., 0, :], v[..., 0, :])[0]
 
 
 @torch.no_grad()
@@ -185,19 +214,12 @@ def generation_table(prefixes: list[int], device: str, steps: int) -> None:
         keys = torch.randn(1, heads, p, d, generator=g).to(device)
         values = torch.randn(1, heads, p, d, generator=g).to(device)
         q, k, v = (torch.randn(1, heads, 1, d, generator=g).to(device) for _ in range(3))
-
-        def softmax_step() -> torch.Tensor:
-            # As course_lib.gpt.KVCache: append the new key and value, attend to all of them.
-            kk, vv = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
-            return F.scaled_dot_product_attention(q, kk, vv)
-
+        softmax_step = partial(_softmax_step, keys, values, q, k, v)
         # The RNN state after the prefix (its size does not depend on p).
         state = init_state(k[..., 0, :], v[..., 0, :])
         state = (state[0] + torch.rand(state[0].shape, generator=g).to(device),
                  state[1] + torch.rand(state[1].shape, generator=g).to(device) + p)
-
-        def linear_step() -> torch.Tensor:
-            return linear_attention_step(state, q[..., 0, :], k[..., 0, :], v[..., 0, :])[0]
+        linear_step = partial(_linear_step, state, q, k, v)
 
         long = max(1, p // 4096)  # fewer runs at long prefixes: a softmax step copies the cache
         soft.append(time_call(softmax_step, repeats=max(10, steps // long), warmup=3, clock=CLOCK))

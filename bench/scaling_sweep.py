@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_lib import sweep  # noqa: E402
+from course_lib import sweep
 
 
 def main(argv: list[str] | None = None) -> None:

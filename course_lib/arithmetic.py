@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 import torch
 

@@ -28,8 +28,13 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 
-from course_lib.checks import (check_bool_tensor, check_float_tensor, check_int_tensor,
-                               check_same_dtype, check_tensor)
+from course_lib.checks import (
+    check_bool_tensor,
+    check_float_tensor,
+    check_int_tensor,
+    check_same_dtype,
+    check_tensor,
+)
 
 Impl = Literal["reference", "fast"]
 IMPLS: tuple[str, ...] = ("reference", "fast")

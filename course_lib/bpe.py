@@ -33,8 +33,8 @@ from __future__ import annotations
 import heapq
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import regex
 
@@ -288,7 +288,8 @@ class Tokenizer:
     @classmethod
     def from_gpt2_files(cls, vocab_path: str | Path, merges_path: str | Path,
                         special_tokens: Iterable[str] = ("<|endoftext|>",)) -> Tokenizer:
-        """Load GPT-2's ``encoder.json``/``vocab.bpe`` (here ``gpt2_vocab.json``/``gpt2_merges.txt``).
+        """Load GPT-2's ``encoder.json``/``vocab.bpe`` (here ``gpt2_vocab.json``/
+        ``gpt2_merges.txt``).
 
         Both files write bytes in GPT-2's alphabet (:func:`bytes_to_unicode`); the merges file
         has one ``"a b"`` pair per line, after an optional ``#version`` line.

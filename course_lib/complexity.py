@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from functools import partial
+from typing import Literal
 
 import torch
 from torch import nn
@@ -198,14 +200,16 @@ def measure(kind: Kind, ns: Sequence[int], d: int, *, batch: int = 1, repeats: i
     g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
+        # Seeded initialisation on the CPU: the same weights on every device.
+        with torch.device("cpu"):
             layer = make_layer(kind, d)
         layer = layer.to(device=device, dtype=dtype)
     result = Measurement(kind, d, list(ns))
     for n in ns:
         x = torch.randn(batch, n, d, generator=g, dtype=dtype, device=g.device).to(device)
-        result.seconds.append(time_call(lambda: layer(x), repeats=repeats, clock=clock))
-        result.peak_bytes.append(peak_memory(lambda: layer(x), device))
+        forward = partial(layer, x)
+        result.seconds.append(time_call(forward, repeats=repeats, clock=clock))
+        result.peak_bytes.append(peak_memory(forward, device))
     return result
 
 

@@ -85,8 +85,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -151,7 +152,7 @@ class CopyBatch:
     loss_mask: torch.Tensor
     lengths: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "CopyBatch":
+    def to(self, device: torch.device | str) -> CopyBatch:
         return CopyBatch(self.inputs.to(device), self.targets.to(device),
                          self.loss_mask.to(device), self.lengths.to(device))
 

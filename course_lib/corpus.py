@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import lzma
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -60,7 +60,7 @@ def shakespeare_path(split: str) -> Path:
     return DATA_DIR / f"shakespeare_{split}.txt.xz"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_shakespeare(split: str = "train", verify: bool = False) -> str:
     """The plain text of a split of the shipped Shakespeare corpus (cached after the first call).
 
@@ -126,7 +126,8 @@ def random_windows(ids: torch.Tensor, block_size: int, batch_size: int,
     if ids.numel() <= block_size:
         raise ValueError(f"a window needs block_size + 1 = {block_size + 1} ids; the text has "
                          f"{ids.numel()}")
-    # drawn on the generator's device (without one, on the CPU, as before: the same windows anywhere)
+    # drawn on the generator's device (without one, on the CPU, as before: the same windows
+    # anywhere)
     draw_on = generator.device if generator is not None else torch.device("cpu")
     offsets = torch.randint(ids.numel() - block_size, (batch_size,), generator=generator,
                             device=draw_on)

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch.utils.data import Dataset

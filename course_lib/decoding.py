@@ -24,7 +24,7 @@ given output (teacher forcing), so the two searches can be compared on any model
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -15,7 +15,7 @@ ordinary cross-entropy on the data, :math:`\lambda \mathcal L_{KD} + (1 - \lambd
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F

@@ -23,8 +23,13 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import gpt, sampling
-from course_lib.checks import (check_finite_tensor, check_float_tensor, check_ids, check_positive,
-                               check_same_dtype)
+from course_lib.checks import (
+    check_finite_tensor,
+    check_float_tensor,
+    check_ids,
+    check_positive,
+    check_same_dtype,
+)
 
 
 def _vocab_size(model: object) -> int | None:
@@ -185,7 +190,8 @@ def train_dpo(policy: gpt.GPT, reference: gpt.GPT, chosen: torch.Tensor, rejecte
     policy.train()
     losses = []
     for _ in range(steps):
-        rows = torch.randperm(len(chosen), generator=g, device=g.device)[:batch_size].to(chosen.device)
+        rows = torch.randperm(len(chosen), generator=g, device=g.device)[:batch_size]
+        rows = rows.to(chosen.device)
         loss = dpo_loss(completion_logprobs(policy, chosen[rows], prompt_length),
                         completion_logprobs(policy, rejected[rows], prompt_length),
                         ref_w[rows], ref_l[rows], beta)

@@ -14,7 +14,8 @@ threshold is *exactly* zero. On the support :math:`S = \{i : p_i > 0\}`, with
 backward maps an output gradient :math:`\bar p` to :math:`g \odot \bar p - g\, (g^\top \bar p) /
 \sum_i g_i`; and with :math:`\tau' = (\sum_i g_i z_i - \sum_i p_i \log p_i)/\sum_i g_i`,
 
-.. math:: \frac{\partial p_i}{\partial \alpha} = \frac{g_i (z_i - \tau') - p_i \log p_i}{\alpha - 1},
+.. math:: \frac{\partial p_i}{\partial \alpha}
+          = \frac{g_i (z_i - \tau') - p_i \log p_i}{\alpha - 1},
 
 which lets each head learn its own :math:`\alpha`. Sparsemax and 1.5-entmax find :math:`\tau`
 exactly by sorting; other :math:`\alpha` by bisection. Peer: the ``entmax`` package (same authors).
@@ -23,14 +24,14 @@ exactly by sorting; other :math:`\alpha` by bisection. Peer: the ``entmax`` pack
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from course_lib.checks import check_float_tensor, check_same_dtype, check_tensor
 
-Alpha = Union[float, torch.Tensor]
+Alpha = float | torch.Tensor
 
 
 def _sparsemax_forward(z: torch.Tensor) -> torch.Tensor:
@@ -47,8 +48,8 @@ def _entmax15_forward(z: torch.Tensor) -> torch.Tensor:
     """1.5-entmax over the last dimension: ``p = [z/2 - tau]_+^2`` with tau from the sorted scores.
 
     On a support of the ``k`` largest ``x = z/2``, :math:`\\sum (x_i - \\tau)^2 = 1` is a quadratic
-    in tau: :math:`\\tau = \\bar x - \\sqrt{(1 - k\\,(\\overline{x^2} - \\bar x^2))/k}`; the support is
-    the largest ``k`` whose tau lies below its ``k``-th value.
+    in tau: :math:`\\tau = \\bar x - \\sqrt{(1 - k\\,(\\overline{x^2} - \\bar x^2))/k}`; the
+    support is the largest ``k`` whose tau lies below its ``k``-th value.
     """
     x = z / 2
     x = x - x.amax(dim=-1, keepdim=True)                             # stability: max is 0
@@ -82,7 +83,8 @@ def _bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) -> torch.
 
 def _entmax_backward(p: torch.Tensor, grad: torch.Tensor, alpha: float | torch.Tensor,
                      ) -> torch.Tensor:
-    """``g * grad - g (g . grad) / sum g`` with ``g = p^(2 - alpha)`` on the support, 0 elsewhere."""
+    """``g * grad - g (g . grad) / sum g`` with ``g = p^(2 - alpha)`` on the support, 0
+    elsewhere."""
     g = torch.where(p > 0, p ** (2 - alpha), torch.zeros_like(p))
     gg = g * grad
     return gg - g * gg.sum(dim=-1, keepdim=True) / g.sum(dim=-1, keepdim=True)
@@ -291,7 +293,8 @@ def entmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: A
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float_tensor(name, t, min_ndim=2, shape="(..., T, d)")
     check_same_dtype(q=q, k=k, v=v)
-    if not bool((torch.as_tensor(alpha, device=q.device) > 1).all()):  # before alpha enters the masked scores
+    # Before alpha enters the masked scores.
+    if not bool((torch.as_tensor(alpha, device=q.device) > 1).all()):
         raise ValueError(f"alpha must be greater than 1 (alpha -> 1 is softmax), got {alpha}")
     if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v) do not fit: "

@@ -273,7 +273,7 @@ def answer_accuracy(model: gpt.GPT, pairs: list[tuple[str, str]], vocabulary: li
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    newline = vocabulary.index("\n")
+    vocabulary.index("\n")  # answers end at a newline: a vocabulary without one is refused
     by_length: dict[int, list[tuple[str, str]]] = {}
     for prompt, answer in pairs:
         by_length.setdefault(len(prompt), []).append((prompt, answer))
@@ -507,23 +507,23 @@ def measure_costs(base: gpt.GPT, vocabulary: list[str], config: FinetuneConfig =
     x, y, mask = (t.to(device) for t in encode_pairs(
         rng.sample(word_problems(config.n_train, config.seed), config.batch_size), vocabulary))
     costs: dict[str, dict[str, float]] = {}
+
+    def step(model: gpt.GPT, optimizer: torch.optim.Optimizer) -> None:
+        loss = answer_only_loss(model(x), y, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
     for name, rank in zip(method_names(config), (None, *config.ranks)):
         model = copy.deepcopy(base).train()
         if rank is not None:
             lora.add_lora(model, rank, config.alpha_over_r * rank)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
-
-        def step() -> None:
-            loss = answer_only_loss(model(x), y, mask)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
-        step()  # warm-up; creates the optimiser's state
+        step(model, optimizer)  # warm-up; creates the optimiser's state
         start = time.process_time()
         for _ in range(steps):
-            step()
+            step(model, optimizer)
         seconds = (time.process_time() - start) / steps
         costs[name] = {"trainable": lora.trainable_parameters(model),
                        "adam_bytes": lora.optimizer_state_bytes(optimizer),

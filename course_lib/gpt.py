@@ -32,8 +32,9 @@ next-token logits ``(B, V)``, so :mod:`course_lib.decoding`'s greedy and beam se
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -190,7 +191,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    r"""A pre-norm block: :math:`x + \mathrm{Attn}(\mathrm{LN}_1 x)`, then :math:`+\,\mathrm{MLP}(\mathrm{LN}_2 x)`."""
+    r"""A pre-norm block: :math:`x + \mathrm{Attn}(\mathrm{LN}_1 x)`, then
+    :math:`+\,\mathrm{MLP}(\mathrm{LN}_2 x)`."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -324,7 +326,8 @@ class GPT(nn.Module):
 
 
 def _matching_rows(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor | None:
-    """For each row of ``tokens[:, :-1]``, the row of ``seen`` equal to it (or None if any lacks one)."""
+    """For each row of ``tokens[:, :-1]``, the row of ``seen`` equal to it (or None if any lacks
+    one)."""
     if seen.shape[1] != tokens.shape[1] - 1:
         return None
     index = {tuple(row): i for i, row in enumerate(seen.tolist())}

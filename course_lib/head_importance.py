@@ -19,8 +19,9 @@ projection scales each head's slice by its gate (:func:`head_gates`, :func:`head
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -212,7 +213,8 @@ def pruning_curve(model: nn.Module, importance: torch.Tensor,
 
     Example:
         >>> mha = MultiHeadAttention(8, 2); x = torch.randn(1, 3, 8)
-        >>> curve = pruning_curve(mha, torch.tensor([[1.0, 2.0]]), lambda m: m(x, x, x)[0].norm().item())
+        >>> curve = pruning_curve(mha, torch.tensor([[1.0, 2.0]]),
+        ...                       lambda m: m(x, x, x)[0].norm().item())
         >>> [n for n, _ in curve]
         [2, 1, 0]
     """

@@ -20,7 +20,7 @@ the peer of every fast form here.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +146,7 @@ FEATURE_MAPS: dict[str, FeatureMap] = {
 }
 
 
-def _feature_map(feature_map: Union[str, FeatureMap]) -> FeatureMap:
+def _feature_map(feature_map: str | FeatureMap) -> FeatureMap:
     if callable(feature_map):
         return feature_map
     if feature_map not in FEATURE_MAPS:
@@ -183,7 +183,7 @@ def _divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 
 def kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     feature_map: Union[str, FeatureMap] = "elu+1", causal: bool = False,
+                     feature_map: str | FeatureMap = "elu+1", causal: bool = False,
                      ) -> torch.Tensor:
     r"""The quadratic form of kernel attention: build the ``(T_q, T_k)`` similarities, normalise.
 
@@ -213,7 +213,7 @@ def kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     feature_map: Union[str, FeatureMap] = "elu+1") -> torch.Tensor:
+                     feature_map: str | FeatureMap = "elu+1") -> torch.Tensor:
     r"""Non-causal linear attention in ``O(n)``: sum the keys once, then read with each query.
 
     .. math:: S = \sum_j \phi(k_j) v_j^\top, \quad z = \sum_j \phi(k_j), \qquad
@@ -240,7 +240,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            feature_map: Union[str, FeatureMap] = "elu+1") -> torch.Tensor:
+                            feature_map: str | FeatureMap = "elu+1") -> torch.Tensor:
     r"""Causal linear attention as prefix sums over positions.
 
     .. math:: S_i = \sum_{j \le i} \phi(k_j) v_j^\top, \quad z_i = \sum_{j \le i} \phi(k_j),
@@ -270,7 +270,7 @@ def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _divide(num, (fq * z).sum(dim=-1))
 
 
-def init_state(k: torch.Tensor, v: torch.Tensor, feature_map: Union[str, FeatureMap] = "elu+1",
+def init_state(k: torch.Tensor, v: torch.Tensor, feature_map: str | FeatureMap = "elu+1",
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The empty RNN state ``(S, z)``: zeros ``(..., d_phi, d_v)`` and ``(..., d_phi)``.
 
@@ -291,7 +291,7 @@ def init_state(k: torch.Tensor, v: torch.Tensor, feature_map: Union[str, Feature
 
 def linear_attention_step(state: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor,
                           k: torch.Tensor, v: torch.Tensor,
-                          feature_map: Union[str, FeatureMap] = "elu+1",
+                          feature_map: str | FeatureMap = "elu+1",
                           ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     r"""One step of causal linear attention as an RNN: update the state, then read it.
 
@@ -339,7 +339,7 @@ def linear_attention_step(state: tuple[torch.Tensor, torch.Tensor], q: torch.Ten
 
 
 def recurrent_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                               feature_map: Union[str, FeatureMap] = "elu+1") -> torch.Tensor:
+                               feature_map: str | FeatureMap = "elu+1") -> torch.Tensor:
     """Causal linear attention run position by position with :func:`linear_attention_step`.
 
     Holds one ``(S, z)`` state at a time, ``O(d_phi d_v)`` memory for any length.

@@ -107,7 +107,8 @@ def approximation_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: l
     large (the softmax of projected scores is not :math:`P R^\top`); the paper learns ``E, F``.
 
     Example:
-        >>> q, k, v = torch.randn(3, 64, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).unbind(0)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> q, k, v = torch.randn(3, 64, 8, dtype=torch.float64, generator=g).unbind(0)
         >>> err = approximation_error(q, k, v, [4, 256], method="jl")
         >>> err[0] > 2 * err[1]
         True

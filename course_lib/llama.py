@@ -18,10 +18,10 @@ Face state dict is a plain ``load_state_dict``.
 
 For the chapter's ladder (chapter 4's GPT block changed one piece at a time) three switches put
 the old pieces back: ``position="learned"`` (a table ``model.embed_positions``, GPT-2's ``wpe``)
-or ``"sinusoidal"`` (chapter 2's, added to the input, scaled by ``init_std``), ``norm="layer"`` (LayerNorm with a bias)
-and ``mlp="gelu"`` (``down_proj(GELU(up_proj x))``); ``num_key_value_heads`` equal to the number
-of heads is multi-head attention, 1 is multi-query attention (Shazeer, 2019), in between is
-grouped-query attention (Ainslie et al., 2023).
+or ``"sinusoidal"`` (chapter 2's, added to the input, scaled by ``init_std``), ``norm="layer"``
+(LayerNorm with a bias) and ``mlp="gelu"`` (``down_proj(GELU(up_proj x))``);
+``num_key_value_heads`` equal to the number of heads is multi-head attention, 1 is multi-query
+attention (Shazeer, 2019), in between is grouped-query attention (Ainslie et al., 2023).
 
 The model maps ``(B, T)`` ids to ``(B, T, V)`` logits; with a :class:`KVCache` it runs only the new
 tokens. With ``sliding_window = W`` a query attends to itself and the ``W - 1`` keys before it
@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import lzma
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -105,7 +106,8 @@ def kv_cache_bytes(config: LlamaConfig, seq_len: int, batch_size: int = 1,
 
 
 class RMSNorm(nn.Module):
-    r""":math:`x / \sqrt{\mathrm{mean}(x^2) + \epsilon} \cdot g` over the last axis (Zhang and Sennrich, 2019).
+    r""":math:`x / \sqrt{\mathrm{mean}(x^2) + \epsilon} \cdot g` over the last axis (Zhang and
+    Sennrich, 2019).
 
     Unlike LayerNorm it subtracts no mean and has no bias: one reduction instead of two.
 
@@ -134,7 +136,8 @@ def _check_stream(x: torch.Tensor, d: int, any_rank: bool = False) -> None:
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """``(B, g, T, d) -> (B, g * n_rep, T, d)``: query head ``j`` reads key/value head ``j // n_rep``.
+    """``(B, g, T, d) -> (B, g * n_rep, T, d)``: query head ``j`` reads key/value head
+    ``j // n_rep``.
 
     Each key/value head serves ``n_rep`` consecutive query heads (Hugging Face's ``repeat_kv``).
 
@@ -206,7 +209,8 @@ class KVCache:
 
 
 class LlamaAttention(nn.Module):
-    """Causal self-attention with RoPE on q and k and ``g`` key/value heads shared by ``h`` query heads.
+    """Causal self-attention with RoPE on q and k and ``g`` key/value heads shared by ``h`` query
+    heads.
 
     Shapes: ``(B, T, d) -> (B, T, d)``; ``q_proj`` ``(h d_h, d)``, ``k_proj``/``v_proj``
     ``(g d_h, d)``, ``o_proj`` ``(d, h d_h)``.
@@ -248,7 +252,8 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    r"""SwiGLU (Shazeer, 2020): :math:`W_{\text{down}}(\mathrm{SiLU}(W_{\text{gate}} x) \odot W_{\text{up}} x)`.
+    r"""SwiGLU (Shazeer, 2020):
+    :math:`W_{\text{down}}(\mathrm{SiLU}(W_{\text{gate}} x) \odot W_{\text{up}} x)`.
 
     With ``mlp="gelu"`` it is GPT's MLP, :math:`W_{\text{down}}\,\mathrm{GELU}(W_{\text{up}} x)`.
     """
@@ -415,7 +420,8 @@ def step_fn(model: LlamaForCausalLM) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def swiglu_width(hidden_size: int, multiple_of: int = 1) -> int:
-    r"""SwiGLU's hidden width with the parameters of a :math:`4d` GELU MLP: :math:`\tfrac23 \cdot 4d`.
+    r"""SwiGLU's hidden width with the parameters of a :math:`4d` GELU MLP:
+    :math:`\tfrac23 \cdot 4d`.
 
     Three matrices of :math:`d \times w` cost what two of :math:`d \times 4d` cost when
     :math:`w = 8d/3`; Llama rounds it up to a multiple of ``multiple_of``.

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from abc import ABCMeta, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -84,7 +84,7 @@ class RecallBatch:
     target: torch.Tensor
     distance: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "RecallBatch":
+    def to(self, device: torch.device | str) -> RecallBatch:
         return RecallBatch(self.keys.to(device), self.values.to(device),
                            self.target.to(device), self.distance.to(device))
 
@@ -103,7 +103,8 @@ def make_recall_batch(config: RecallConfig, batch_size: int,
         over ``1 .. T-1``.
 
     Example:
-        >>> b = make_recall_batch(RecallConfig(length=10, n_pairs=3), 2, torch.Generator().manual_seed(0))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> b = make_recall_batch(RecallConfig(length=10, n_pairs=3), 2, g)
         >>> b.keys.shape, b.target.shape
         (torch.Size([2, 10]), torch.Size([2]))
     """
@@ -111,7 +112,8 @@ def make_recall_batch(config: RecallConfig, batch_size: int,
     device = generator.device  # the batch is made where its randomness comes from
     keys = torch.full((B, T), c.filler_key, dtype=torch.long, device=device)
     values = torch.full((B, T), c.filler_value, dtype=torch.long, device=device)
-    # Distinct keys and distinct positions per row: argsort of uniform noise is a random permutation.
+    # Distinct keys and distinct positions per row: argsort of uniform noise is a random
+    # permutation.
     pair_keys = torch.rand(B, c.n_keys, generator=generator, device=device).argsort(-1)
     pair_keys = pair_keys[:, : c.n_pairs]
     positions = torch.rand(B, T - 1, generator=generator, device=device).argsort(-1)
@@ -206,7 +208,8 @@ class GRUModel(_RecallModel):
 
 
 class DilatedCNN(_RecallModel):
-    r"""Causal convolutions of width 2 with dilations 1, 2, 4, ...: ``ceil(log2 T)`` layers see it all.
+    r"""Causal convolutions of width 2 with dilations 1, 2, 4, ...: ``ceil(log2 T)`` layers see it
+    all.
 
     Layer ``l`` (dilation :math:`r = 2^l`) computes :math:`h_t \leftarrow h_t +
     \mathrm{ReLU}(W_0 h_{t-r} + W_1 h_t + b)`, a width-2 convolution written as one linear map of

@@ -20,12 +20,14 @@ Kaiming-uniform; ``lora_B`` ``(out, r)``, zeros; ``scaling = lora_alpha / r``), 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 from course_lib.checks import check_finite, check_float_tensor, check_int, check_same_dtype
+
 #: The linear maps of :class:`course_lib.gpt.GPT` that get adapters by default: attention's
 #: query-key-value and output maps, and both MLP maps (the attention and MLP weights).
 GPT_TARGETS: tuple[str, ...] = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")

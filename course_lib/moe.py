@@ -29,8 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.checks import (check_float_tensor, check_ids, check_int, check_positive,
-                               check_same_dtype)
+from course_lib.checks import (
+    check_float_tensor,
+    check_ids,
+    check_int,
+    check_positive,
+    check_same_dtype,
+)
 
 
 def _check_router(router_logits: torch.Tensor, k: int) -> None:
@@ -139,8 +144,10 @@ class Experts(nn.Module):
         nn.init.normal_(self.gate_up_proj, std=std)
         nn.init.normal_(self.down_proj, std=std)
 
-    def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """``x`` ``(N, d)``, ``weights``/``experts`` ``(N, k)`` -> ``(N, d)``: each expert runs its tokens."""
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor,
+                ) -> torch.Tensor:
+        """``x`` ``(N, d)``, ``weights``/``experts`` ``(N, k)`` -> ``(N, d)``: each expert runs its
+        tokens."""
         n_experts, _, d = self.gate_up_proj.shape
         check_float_tensor("x", x, ndim=2, shape=f"(N, d={d})")
         check_float_tensor("weights", weights, ndim=2, shape="(N, k)")

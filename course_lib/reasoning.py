@@ -1,4 +1,5 @@
-r"""Reasoning tasks and verifiers: a counter that clips at its bounds, chains of thought, many samples.
+r"""Reasoning tasks and verifiers: a counter that clips at its bounds, chains of thought, many
+samples.
 
 Taught in chapter 9 (reasoning), sections 1 to 3. The task is **state tracking**: a count starts
 at a digit and takes :math:`k` signed changes, and after each one it is clipped to
@@ -25,12 +26,12 @@ import math
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
-
-from pathlib import Path
 
 from course_lib import arithmetic, finetune, gpt, training
 from course_lib.checks import check_int, check_int_tensor
@@ -136,7 +137,8 @@ def format_reward(completion: str, answer: int | None = None) -> float:
     a policy trained on it is free to stop being right (section 3's reward hacking).
 
     Example:
-        >>> format_reward("9,7,8."), format_reward("1."), format_reward("9,,7"), format_reward("97.")
+        >>> (format_reward("9,7,8."), format_reward("1."), format_reward("9,,7"),
+        ...  format_reward("97."))
         (1.0, 1.0, 0.0, 0.0)
     """
     return float(_FORMAT.fullmatch(completion.split(END)[0] + END) is not None
@@ -150,7 +152,8 @@ REWARDS = {"correct": correctness_reward, "format": format_reward}
 
 
 def majority_vote(answers: Sequence[int | None]) -> int | None:
-    """Self-consistency (Wang et al., 2023): the most frequent answer; ties go to the one seen first.
+    """Self-consistency (Wang et al., 2023): the most frequent answer; ties go to the one seen
+    first.
 
     ``None`` (a completion without an answer) never votes; with no answer at all, None.
 
@@ -324,7 +327,8 @@ def greedy_accuracy(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]],
 
 
 def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
-    """Section 2's starting policy: the shipped chain-of-thought GPT of ``scripts/train_reasoning.py``.
+    """Section 2's starting policy: the shipped chain-of-thought GPT of
+    ``scripts/train_reasoning.py``.
 
     A GPT trained for only a few hundred steps on chains of thought (seed 0 of ``--part rl``),
     so that it is right often, but far from always; shipped in half precision, loaded in float32.
@@ -333,7 +337,8 @@ def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
     import lzma
 
     if not POLICY_PATH.is_file():
-        raise FileNotFoundError(f"{POLICY_PATH} not found; run scripts/train_reasoning.py --part rl")
+        raise FileNotFoundError(f"{POLICY_PATH} not found; run scripts/train_reasoning.py "
+                                "--part rl")
     saved = torch.load(io.BytesIO(lzma.decompress(POLICY_PATH.read_bytes())), weights_only=True)
     with torch.device("cpu"):  # where torch.load put the checkpoint; moved below
         model = gpt.GPT(gpt.GPTConfig(**saved["gpt_config"]))

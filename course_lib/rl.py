@@ -22,15 +22,22 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from course_lib import gpt, reasoning, sampling
-from course_lib.checks import (check_bool_tensor, check_finite, check_float_tensor, check_ids,
-                               check_int, check_same_dtype)
+from course_lib.checks import (
+    check_bool_tensor,
+    check_finite,
+    check_float_tensor,
+    check_ids,
+    check_int,
+    check_same_dtype,
+)
 
 END_ID = reasoning.VOCAB.index(reasoning.END)
 
@@ -95,7 +102,8 @@ ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     r"""Schulman's k3 estimate of :math:`\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})` per token.
 
-    .. math:: k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log\frac{\pi_{\text{ref}}}{\pi_\theta} - 1
+    .. math:: k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta}
+              - \log\frac{\pi_{\text{ref}}}{\pi_\theta} - 1
               \;\ge 0
 
     Unbiased for tokens sampled from :math:`\pi_\theta`, and never negative.

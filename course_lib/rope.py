@@ -58,7 +58,8 @@ def inv_frequencies(head_dim: int, theta: float = 10000.0, *,
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
                 scale: float = 1.0) -> torch.Tensor:
-    r"""The angles :math:`(m / s)\,\omega_i`: ``positions`` ``(T,)`` -> ``(T, head_dim // 2)`` float64.
+    r"""The angles :math:`(m / s)\,\omega_i`: ``positions`` ``(T,)`` -> ``(T, head_dim // 2)``
+    float64.
 
     ``scale`` :math:`s > 1` is position interpolation (positions divided by :math:`s`).
 
@@ -130,8 +131,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0,
 def interleaved_to_half(head_dim: int) -> torch.Tensor:
     """The permutation of features that turns the interleaved layout into the half-split one.
 
-    ``apply_rope(x[..., p], pos, pairing="half") == apply_rope(x, pos, pairing="interleaved")[..., p]``
-    with ``p = interleaved_to_half(d)``: features ``0, 2, 4, ...`` first, then ``1, 3, 5, ...``.
+    With ``p = interleaved_to_half(d)`` (features ``0, 2, 4, ...`` first, then ``1, 3, 5, ...``),
+    ``apply_rope(x[..., p], pos, pairing="half")`` equals
+    ``apply_rope(x, pos, pairing="interleaved")[..., p]``.
 
     Example:
         >>> interleaved_to_half(6).tolist()
@@ -148,7 +150,8 @@ def interleaved_to_half(head_dim: int) -> torch.Tensor:
 
 def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
                 theta: float = 10000.0, pairing: Pairing = "half") -> torch.Tensor:
-    r"""The score :math:`q'^\top k'` of one query at ``q_pos`` and one key at ``k_pos`` (``(d,)`` each).
+    r"""The score :math:`q'^\top k'` of one query at ``q_pos`` and one key at ``k_pos`` (``(d,)``
+    each).
 
     It depends on ``k_pos - q_pos`` only (section 1's property).
 

@@ -19,12 +19,17 @@ The order, as in most libraries: temperature, then top-k, then top-p, on the las
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from course_lib.checks import (check_float_tensor, check_int, check_int_tensor, check_tensor,
-                               check_token_id)
+from course_lib.checks import (
+    check_float_tensor,
+    check_int,
+    check_int_tensor,
+    check_tensor,
+    check_token_id,
+)
 
 StepFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -63,7 +68,8 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the ``k`` largest logits of each row (and any tied with the ``k``-th); ``-inf`` elsewhere.
+    """Keep the ``k`` largest logits of each row (and any tied with the ``k``-th); ``-inf``
+    elsewhere.
 
     Ties with the ``k``-th largest value are kept, so the result never depends on how a sort
     orders equal values.
@@ -96,7 +102,8 @@ def _boundary_tolerance(logits: torch.Tensor) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    r"""Nucleus filtering: keep the smallest set of most probable tokens whose probability reaches ``p``.
+    r"""Nucleus filtering: keep the smallest set of most probable tokens whose probability
+    reaches ``p``.
 
     Sorting the probabilities :math:`p_{(1)} \ge p_{(2)} \ge \dots`, token :math:`(i)` is kept
     exactly when the tokens ranked above it have not reached ``p`` yet:
@@ -264,7 +271,8 @@ def sample(step: StepFn, prompt: torch.Tensor, max_new_tokens: int,
 
 
 def distinct_ngrams(sequences: torch.Tensor | list[list[int]], n: int) -> float:
-    """The fraction of distinct n-grams among all n-grams of the sequences (diversity, "distinct-n").
+    """The fraction of distinct n-grams among all n-grams of the sequences (diversity,
+    "distinct-n").
 
     Example:
         >>> distinct_ngrams([[1, 2, 1, 2, 1]], 2)  # (1,2), (2,1), (1,2), (2,1): 2 of 4

@@ -38,14 +38,22 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
-from course_lib.checks import (check_finite, check_finite_tensor, check_float_tensor, check_ids,
-                               check_positive, check_positive_tensor, check_tensor)
+from course_lib.checks import (
+    check_finite,
+    check_finite_tensor,
+    check_float_tensor,
+    check_ids,
+    check_positive,
+    check_positive_tensor,
+    check_tensor,
+)
+
 ArrayLike = Sequence[float] | np.ndarray | torch.Tensor
 
 # --------------------------------------------------------------------------------------------

@@ -12,20 +12,25 @@ only the blocks that hold allowed pairs:
           N(i) = \{j : f(i, j)\}
 
 With a window of ``w`` keys on each side, one layer sees ``2w + 1`` positions; ``L`` layers see
-``2Lw + 1`` (the receptive field grows linearly with depth, and with the dilation ``r``: ``2Lwr + 1``
-positions spanned), :func:`receptive_field`.
+``2Lw + 1`` (the receptive field grows linearly with depth, and with the dilation ``r``:
+``2Lwr + 1`` positions spanned), :func:`receptive_field`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from course_lib.attention import masked_softmax
-from course_lib.checks import (check_bool_tensor, check_float_tensor, check_ids, check_int_tensor,
-                               check_same_dtype)
+from course_lib.checks import (
+    check_bool_tensor,
+    check_float_tensor,
+    check_ids,
+    check_int_tensor,
+    check_same_dtype,
+)
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query pos, key pos) -> allowed
 
@@ -105,7 +110,8 @@ def random_blocks(n: int, block_size: int, n_random: int, seed: int = 0) -> Mask
 
     def allowed(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
         table = layout.to(i.device)
-        return table[(i // block_size).clamp(0, n_blocks - 1), (j // block_size).clamp(0, n_blocks - 1)]
+        return table[(i // block_size).clamp(0, n_blocks - 1),
+                     (j // block_size).clamp(0, n_blocks - 1)]
 
     return allowed
 

@@ -22,12 +22,17 @@ Models are callables ``tokens (1, t) -> logits (1, t, V)`` (every position's nex
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from course_lib.checks import (check_float_tensor, check_ids, check_int, check_positive,
-                               check_same_dtype)
+from course_lib.checks import (
+    check_float_tensor,
+    check_ids,
+    check_int,
+    check_positive,
+    check_same_dtype,
+)
 
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -95,7 +100,8 @@ def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    r""":math:`\alpha = \sum_x \min(p(x), q(x))` over the last axis: one draft's chance to be accepted.
+    r""":math:`\alpha = \sum_x \min(p(x), q(x))` over the last axis: one draft's chance to be
+    accepted.
 
     Example:
         >>> float(acceptance_probability(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 1.0])))
@@ -145,7 +151,8 @@ def speculative_generate(target: LogitsFn, draft: LogitsFn, prompt: torch.Tensor
     Example:
         >>> table = torch.randn(5, 5)  # a bigram "model": logits from the last token
         >>> target = lambda t: table[t]
-        >>> draft = lambda t: table[t] + 0.5 * torch.randn(5, generator=torch.Generator().manual_seed(1))
+        >>> noise = torch.randn(5, generator=torch.Generator().manual_seed(1))
+        >>> draft = lambda t: table[t] + 0.5 * noise
         >>> out, stats = speculative_generate(target, draft, torch.tensor([[0]]), 6, greedy=True)
         >>> seq = [0]
         >>> for _ in range(6):

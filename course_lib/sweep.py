@@ -31,7 +31,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -135,7 +135,7 @@ HELDOUT = make_run(96, 2, 4, 10**12.5, heldout=True)
 SWEEP: tuple[RunConfig, ...] = tuple(sweep_configs())
 
 
-@lru_cache(maxsize=None)
+@cache
 def char_data() -> tuple[torch.Tensor, torch.Tensor, int]:
     """The training and validation splits as character ids ``(N,)`` uint8, and the vocabulary size.
 

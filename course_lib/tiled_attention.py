@@ -306,7 +306,8 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
     Example:
         >>> q = k = v = torch.randn(1, 6, 4, dtype=torch.float64)
-        >>> torch.allclose(naive_attention(q, k, v, causal=True), tiled_attention(q, k, v, causal=True))
+        >>> torch.allclose(naive_attention(q, k, v, causal=True),
+        ...                tiled_attention(q, k, v, causal=True))
         True
     """
     _check_inputs(q, k, v, causal, None, 1, 1)

@@ -22,8 +22,8 @@ cross-attention is ``cross_attn`` (torch: ``multihead_attn``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -38,7 +38,8 @@ class Chapter:
 
     Attributes:
         number: its place in the course, ``2``.
-        slug: ``"02-self-attention"``: folder of each copy, website page folder, nbgrader assignment.
+        slug: ``"02-self-attention"``: folder of each copy, website page folder, nbgrader
+            assignment.
         title: the source notebook's first heading without ``#``, ``"2. Self-attention"``.
         root: the folder holding ``solutions/``, ``chapters/`` and ``colab/`` (the repository,
             or a test's own copy of that layout).
@@ -55,7 +56,8 @@ class Chapter:
     def __post_init__(self) -> None:
         match = SLUG_RE.match(self.slug)
         if match is None or int(match.group(1)) != self.number:
-            raise ValueError(f"chapter slug {self.slug!r} is not 'NN-name' with NN = {self.number:02d}")
+            raise ValueError(f"chapter slug {self.slug!r} is not 'NN-name' with "
+                             f"NN = {self.number:02d}")
 
     @property
     def stem(self) -> str:
@@ -111,7 +113,8 @@ class Chapter:
 
 
 def _title(source: Path) -> str:
-    """The first ``# `` heading of a notebook's first markdown cell (the slug when there is none)."""
+    """The first ``# `` heading of a notebook's first markdown cell (the slug when there is
+    none)."""
     cells = json.loads(source.read_text(encoding="utf-8")).get("cells", [])
     for cell in cells[:1]:
         text = cell.get("source", "")
@@ -163,6 +166,6 @@ def find_chapter(name: str, root: Path = REPO) -> Chapter:
             if key in (c.slug, c.stem, c.exercises, f"{c.number:02d}", str(c.number))]
     if len(hits) != 1:
         known = ", ".join(c.slug for c in chapters) or "none"
-        raise UnknownChapter(f"no chapter {name!r} with a source notebook under {root / 'solutions'} "
-                             f"(chapters there: {known})")
+        raise UnknownChapter(f"no chapter {name!r} with a source notebook under "
+                             f"{root / 'solutions'} (chapters there: {known})")
     return hits[0]

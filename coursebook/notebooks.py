@@ -41,7 +41,8 @@ def reads(text: str, name: str = "<notebook>") -> NotebookNode:
         raise MalformedNotebook(f"{name} is not a readable Jupyter notebook: "
                                 f"{type(err).__name__}: {err}") from err
     if not isinstance(nb.get("cells"), list):
-        raise MalformedNotebook(f"{name} is not a readable Jupyter notebook: it has no list of cells")
+        raise MalformedNotebook(f"{name} is not a readable Jupyter notebook: it has no list of "
+                                "cells")
     return nb
 
 
@@ -55,12 +56,14 @@ def read(path: Path) -> NotebookNode:
 
 
 def dumps(nb: NotebookNode) -> str:
-    """The normalised text of a notebook: one source line per JSON string, sorted keys, final newline."""
+    """The normalised text of a notebook: one source line per JSON string, sorted keys, final
+    newline."""
     return nbformat.writes(nb, version=4).rstrip("\n") + "\n"
 
 
 def write(nb: NotebookNode, path: Path) -> bool:
-    """Write ``nb`` to ``path`` normalised; leave the file untouched when its bytes would not change.
+    """Write ``nb`` to ``path`` normalised; leave the file untouched when its bytes would not
+    change.
 
     Returns:
         True when the file was written.

@@ -1,4 +1,5 @@
-"""Check the links of a built website: every local href/src exists, every #anchor exists in its page.
+"""Check the links of a built website: every local href/src exists, every #anchor exists in its
+page.
 
 External links (http, https, mailto, ...) are listed, never fetched: the site must work offline and
 a test must not depend on other people's servers.
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 #: Attributes that point at another resource, by tag.
@@ -143,7 +144,7 @@ def _check(root: Path, html: Path, url: str, page) -> str | None:  # type: ignor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("site", type=Path, help="the built site, e.g. _build/html")
     parser.add_argument("--external", action="store_true", help="list the external links")
     args = parser.parse_args(argv)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 

@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import finetune  # noqa: E402
+from course_lib import finetune
 
 
 def main(argv: list[str] | None = None) -> dict:

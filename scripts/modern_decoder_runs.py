@@ -1,4 +1,5 @@
-"""Chapter 7's ladder: chapter 4's GPT block changed into Llama's one piece at a time; ships the runs.
+"""Chapter 7's ladder: chapter 4's GPT block changed into Llama's one piece at a time; ships the
+runs.
 
 Trains character-level decoders (``course_lib.llama.LlamaForCausalLM``, 2 layers, width 64, 4
 heads, context 128) on the shipped Shakespeare (``course_lib.sweep.char_data``), every rung with
@@ -36,10 +37,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import llama, moe  # noqa: E402
-from course_lib.corpus import random_windows  # noqa: E402
-from course_lib.finetune import save_json_xz  # noqa: E402
-from course_lib.sweep import char_data  # noqa: E402
+from course_lib import llama, moe
+from course_lib.corpus import random_windows
+from course_lib.finetune import save_json_xz
+from course_lib.sweep import char_data
 
 CONTEXT = 128
 BATCH = 16

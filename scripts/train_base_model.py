@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import corpus, finetune, gpt, training  # noqa: E402
+from course_lib import corpus, finetune, gpt, training
 
 
 def train_base(recipe: finetune.BaseRecipe, log=print) -> tuple[gpt.GPT, list[str]]:

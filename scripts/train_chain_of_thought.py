@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import arithmetic, finetune  # noqa: E402
+from course_lib import arithmetic, finetune
 
 
 def main(argv: list[str] | None = None) -> dict:

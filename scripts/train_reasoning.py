@@ -8,11 +8,12 @@ steps; greedy exact-match accuracy at every test k goes to
 
 ``--part rl`` (sections 2 to 5): one starting policy trained briefly with the chain-of-thought
 targets (``--sft-steps``, seed 0), then for each seed GRPO (:func:`course_lib.rl.train_grpo`) with
-the correctness reward; for seed 0 also GRPO with the format-only reward. Before and after, ``--samples`` answers to each of ``--problems``
-held-out problems give pass@1 (with its standard error over problems) and pass@k; the curves of
-training and the samples' counts go to ``course_lib/data/reasoning_rl.json.xz``, and seed 0's
-starting policy (half precision) to ``course_lib/data/reasoning_policy.pt.xz``, which the
-chapter samples from. Provenance, commands and cost: ``course_lib/data/REASONING.md``.
+the correctness reward; for seed 0 also GRPO with the format-only reward. Before and after,
+``--samples`` answers to each of ``--problems`` held-out problems give pass@1 (with its standard
+error over problems) and pass@k; the curves of training and the samples' counts go to
+``course_lib/data/reasoning_rl.json.xz``, and seed 0's starting policy (half precision) to
+``course_lib/data/reasoning_policy.pt.xz``, which the chapter samples from. Provenance, commands
+and cost: ``course_lib/data/REASONING.md``.
 
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part cot
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part rl
@@ -33,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course_lib import finetune, reasoning, rl  # noqa: E402
+from course_lib import finetune, reasoning, rl
 
 
 def part_cot(steps: int, seeds: list[int]) -> dict:
@@ -47,7 +48,8 @@ def part_cot(steps: int, seeds: list[int]) -> dict:
             model, history = reasoning.train_variant(replace(config, seed=seed), cot)
             out["accuracy"][name][str(seed)] = {
                 str(k): reasoning.greedy_accuracy(
-                    model, reasoning.held_out_problems(k, config.eval_problems, config.eval_seed), cot)
+                    model, reasoning.held_out_problems(k, config.eval_problems, config.eval_seed),
+                    cot)
                 for k in config.test_steps}
             out["final_loss"][name][str(seed)] = sum(history.train_loss[-50:]) / 50
             out["seconds"][name][str(seed)] = history.seconds

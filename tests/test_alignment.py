@@ -8,8 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.alignment import (AdditiveAttention, LuongAttention, additive_score,
-                                  context_vector, dot_score, general_score, nadaraya_watson)
+from course_lib.alignment import (
+    AdditiveAttention,
+    LuongAttention,
+    additive_score,
+    context_vector,
+    dot_score,
+    general_score,
+    nadaraya_watson,
+)
 
 
 def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -20,7 +27,8 @@ def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.T
 
 def test_nadaraya_watson_known_answer() -> None:
     # Query at 0, keys at 0 and 1, h = 1: weights proportional to exp(0) and exp(-1/2).
-    pred, w = nadaraya_watson(torch.tensor([0.0]), torch.tensor([0.0, 1.0]), torch.tensor([1.0, 3.0]))
+    pred, w = nadaraya_watson(torch.tensor([0.0]), torch.tensor([0.0, 1.0]),
+                              torch.tensor([1.0, 3.0]))
     a = 1 / (1 + math.exp(-0.5))
     assert torch.allclose(w, torch.tensor([[a, 1 - a]]))
     assert math.isclose(pred.item(), a * 1 + (1 - a) * 3, rel_tol=1e-6)
@@ -104,7 +112,8 @@ def test_kernel_regression_bandwidth_limits() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_luong_dot_attention_matches_sdpa_with_scale_one(dtype: torch.dtype) -> None:
-    q, k, v = randn(1, 2, 3, 8, dtype=dtype), randn(2, 2, 5, 8, dtype=dtype), randn(3, 2, 5, 4, dtype=dtype)
+    q, k, v = (randn(1, 2, 3, 8, dtype=dtype), randn(2, 2, 5, 8, dtype=dtype),
+               randn(3, 2, 5, 4, dtype=dtype))
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, :]
     ctx, _ = context_vector(dot_score(q, k), v, mask)
     peer = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)

@@ -7,7 +7,6 @@ import random
 from dataclasses import asdict, replace
 
 import pytest
-import torch
 
 from course_lib import arithmetic
 

@@ -8,9 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention import (additive_mask, attention_mask, cached_attention_step,
-                                  causal_mask, masked_softmax, padding_mask,
-                                  scaled_dot_product_attention)
+from course_lib.attention import (
+    additive_mask,
+    attention_mask,
+    cached_attention_step,
+    causal_mask,
+    masked_softmax,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 
 pytestmark = pytest.mark.ch02
 
@@ -205,7 +211,8 @@ def test_error_query_and_key_feature_sizes_differ() -> None:
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_error_mask_does_not_broadcast(impl: str) -> None:
     q, k, v = _qkv(0, (2, 3, 4), 5, 4, torch.float32, "cpu")
-    with pytest.raises(ValueError, match=r"mask of shape \(2, 4\) does not broadcast .*\(2, 3, 5\)"):
+    with pytest.raises(ValueError,
+                       match=r"mask of shape \(2, 4\) does not broadcast .*\(2, 3, 5\)"):
         scaled_dot_product_attention(q, k, v, torch.ones(2, 4, dtype=torch.bool), impl=impl)
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 3, 5\) does not broadcast"):
         scaled_dot_product_attention(q, k, v, torch.ones(2, 1, 3, 5, dtype=torch.bool), impl=impl)
@@ -272,7 +279,8 @@ def test_error_cached_step_shapes() -> None:
     k, v = torch.zeros(2, 1, 3), torch.zeros(2, 1, 3)
     with pytest.raises(ValueError, match=r"x must be \(batch, d_model\)"):
         cached_attention_step(x[:, None], w, w, w, k, v)
-    with pytest.raises(ValueError, match=r"w_k must be \(out, d_model=4\) and is applied as x @ w_k.T"):
+    with pytest.raises(ValueError,
+                       match=r"w_k must be \(out, d_model=4\) and is applied as x @ w_k.T"):
         cached_attention_step(x, w, w.T, w, k, v)
     with pytest.raises(ValueError, match=r"cache_v must be \(batch=2, t, 3\)"):
         cached_attention_step(x, w, w, w, k, torch.zeros(2, 1, 5))

@@ -31,9 +31,10 @@ import pkgutil
 import re
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -42,12 +43,46 @@ import torch
 from torch import nn
 
 import course_lib
-from course_lib import (alignment, attention, bpe, complexity, copying, corpus, counting, decoding,
-                        distill, dpo, efficient_models, entmax, finetune, flops, gpt,
-                        head_importance, linear_attention, linformer, llama, lm, longrange, lora,
-                        moe, multihead, plotting, positional, reasoning, rl, rope, sampling,
-                        scaling, seq2seq, sparse_attention, speculative, sweep, tiled_attention,
-                        training, transformer)
+from course_lib import (
+    alignment,
+    attention,
+    bpe,
+    complexity,
+    copying,
+    corpus,
+    counting,
+    decoding,
+    distill,
+    dpo,
+    efficient_models,
+    entmax,
+    finetune,
+    flops,
+    gpt,
+    head_importance,
+    linear_attention,
+    linformer,
+    llama,
+    lm,
+    longrange,
+    lora,
+    moe,
+    multihead,
+    plotting,
+    positional,
+    reasoning,
+    rl,
+    rope,
+    sampling,
+    scaling,
+    seq2seq,
+    sparse_attention,
+    speculative,
+    sweep,
+    tiled_attention,
+    training,
+    transformer,
+)
 
 COURSE_LIB = Path(course_lib.__file__).resolve().parent
 TAUGHT = re.compile(r"\b[Tt]aught in (chapter|every chapter)")
@@ -75,7 +110,7 @@ def _tensor_parameters(fn: Callable[..., Any], module: types.ModuleType) -> list
         annotation = p.annotation
         if isinstance(annotation, str):  # `from __future__ import annotations`
             try:
-                annotation = eval(annotation, vars(module))  # noqa: S307 - course_lib's own hints
+                annotation = eval(annotation, vars(module))  # course_lib's own hints
             except Exception:  # a name imported only for type checkers (matplotlib's Axes)
                 if re.search(r"\bTensor\b", annotation) and "Callable" not in annotation:
                     params.append(name)
@@ -168,7 +203,7 @@ class Custom:
     make: Callable[[Any], Any]
 
 
-Kind = Union[str, Custom]
+Kind = str | Custom
 
 
 @dataclass(frozen=True)

@@ -300,4 +300,4 @@ def test_token_lengths_are_the_tokens_byte_lengths() -> None:
     assert len(lengths) == len(tok)
     assert all(lengths[i] == len(t) for i, t in tok.vocab.items())
     ids = tok.encode("the mat")
-    assert sum(lengths[i] for i in ids) == len("the mat".encode())
+    assert sum(lengths[i] for i in ids) == len(b"the mat")

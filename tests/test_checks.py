@@ -1,4 +1,5 @@
-"""course_lib.checks: valid arguments pass through unchanged, bad ones get an error that names them."""
+"""course_lib.checks: valid arguments pass through unchanged, bad ones get an error that names
+them."""
 
 from __future__ import annotations
 

@@ -7,8 +7,16 @@ import math
 import pytest
 import torch
 
-from course_lib.complexity import (SelfAttentionLayer, crossover, flops, loglog_slope,
-                                   make_layer, measure, peak_memory, time_call)
+from course_lib.complexity import (
+    SelfAttentionLayer,
+    crossover,
+    flops,
+    loglog_slope,
+    make_layer,
+    measure,
+    peak_memory,
+    time_call,
+)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -1,4 +1,5 @@
-"""The shipped Shakespeare corpus matches what its build recorded; random windows are shifted pairs."""
+"""The shipped Shakespeare corpus matches what its build recorded; random windows are shifted
+pairs."""
 
 from __future__ import annotations
 

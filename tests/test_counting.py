@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from course_lib import counting
 from course_lib import transformer as tf
@@ -26,8 +22,9 @@ def test_parameter_formula_equals_numel(norm_first: bool, tie: bool) -> None:
                                   norm_first=norm_first, tie_embeddings=tie)
     model = tf.Transformer(config)
     assert counting.transformer_params(config)["total"] == counting.count_parameters(model)
-    assert counting.encoder_layer_params(24, 40) == counting.count_parameters(model.encoder.layers[0])
-    assert counting.decoder_layer_params(24, 40) == counting.count_parameters(model.decoder.layers[0])
+    count = counting.count_parameters
+    assert counting.encoder_layer_params(24, 40) == count(model.encoder.layers[0])
+    assert counting.decoder_layer_params(24, 40) == count(model.decoder.layers[0])
     d = 24
     assert counting.encoder_layer_params(d, 40) == 4 * d * d + 4 * d + 2 * d * 40 + 40 + d + 4 * d
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coursebook import Chapter, UnknownChapter, all_chapters, find_chapter
-from coursebook import notebooks
+from coursebook import Chapter, UnknownChapter, all_chapters, find_chapter, notebooks
 
 
 def _layout(root: Path, slugs: list[str]) -> None:
@@ -28,8 +27,8 @@ def test_every_chapter_has_its_three_copies_and_an_exercise_module() -> None:
         __import__(ch.exercise_module)
 
 
-@pytest.mark.parametrize("name", ["02-self-attention", "02", "2", "self-attention", "self_attention",
-                                  "chapters/02-self-attention/"])
+@pytest.mark.parametrize("name", ["02-self-attention", "02", "2", "self-attention",
+                                  "self_attention", "chapters/02-self-attention/"])
 def test_a_chapter_answers_to_each_of_its_names(name: str) -> None:
     assert find_chapter(name).slug == "02-self-attention"
 
@@ -39,7 +38,8 @@ def test_an_unknown_or_ambiguous_name_lists_the_chapters(tmp_path: Path) -> None
     with pytest.raises(UnknownChapter, match="chapters there: 01-alpha, 02-beta"):
         find_chapter("gamma", tmp_path)
     assert find_chapter("beta", tmp_path).title == "02-beta title"
-    assert find_chapter("beta", tmp_path).release == tmp_path / "chapters" / "02-beta" / "beta.ipynb"
+    release = tmp_path / "chapters" / "02-beta" / "beta.ipynb"
+    assert find_chapter("beta", tmp_path).release == release
 
 
 def test_two_chapters_with_one_number_are_refused(tmp_path: Path) -> None:

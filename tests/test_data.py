@@ -10,10 +10,23 @@ import pytest
 import torch
 
 from course_lib import data
-from course_lib.data import (DATE_FORMATS, Batch, DateTaskConfig, ReorderTaskConfig,
-                             Seq2SeqDataset, Vocab, batch_iterator, collate, date_task,
-                             format_date, group_by_length, ordinal, pad_sequences,
-                             reorder_sentence, reorder_task)
+from course_lib.data import (
+    DATE_FORMATS,
+    Batch,
+    DateTaskConfig,
+    ReorderTaskConfig,
+    Seq2SeqDataset,
+    Vocab,
+    batch_iterator,
+    collate,
+    date_task,
+    format_date,
+    group_by_length,
+    ordinal,
+    pad_sequences,
+    reorder_sentence,
+    reorder_task,
+)
 
 SMALL_DATES = DateTaskConfig(n_train=300, n_val=50, n_test=50, seed=3)
 SMALL_REORDER = ReorderTaskConfig(n_train=300, n_val=50, n_test=50, min_len=4, max_len=12, seed=3)

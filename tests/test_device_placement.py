@@ -13,7 +13,8 @@ What torch does when such a ``meta`` tensor meets the CPU inputs (pinned by
   tensor too: only 0-d *CPU* tensors mix with other devices);
 * but a ``meta`` index into a CPU tensor (``x[idx]``, ``gather``, ``index_select``) and a CPU
   tensor times a ``meta`` matrix run silently and return a CPU tensor of garbage;
-* ``einsum`` with one ``meta`` operand returns ``meta``; ``*_like`` and ``new_*`` follow their input.
+* ``einsum`` with one ``meta`` operand returns ``meta``; ``*_like`` and ``new_*`` follow their
+  input.
 
 So three checks, each of which fails a misplaced tensor: under ``meta``, every torch op that is
 handed a ``meta`` tensor is refused (:class:`_NoMetaArguments`: the silent cases fail
@@ -42,9 +43,9 @@ import math
 import pkgutil
 import random
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -112,7 +113,8 @@ class Placed:
 
 
 class MetaArgument(RuntimeError):
-    """An op was handed a tensor on the default device (``meta``) while the inputs are on the CPU."""
+    """An op was handed a tensor on the default device (``meta``) while the inputs are on the
+    CPU."""
 
 
 class _NoMetaArguments(TorchFunctionMode):
@@ -193,7 +195,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def check_placement(placed: Placed) -> None:
-    """Run ``placed`` plainly and under ``meta``; fail on any tensor that left the inputs' device."""
+    """Run ``placed`` plainly and under ``meta``; fail on any tensor that left the inputs'
+    device."""
     plain = _run(placed, on_meta=False)  # the table's call works: what fails below is placement
     try:
         on_meta = _run(placed, on_meta=True)
@@ -379,7 +382,8 @@ def _optimizer_state_bytes() -> Call:
 
 
 def _char_data_uncached() -> Call:
-    sweep.char_data.cache_clear()  # cached: the run must make its tensors, not reuse the plain run's
+    # Cached: the run must make its tensors, not reuse the plain run's.
+    sweep.char_data.cache_clear()
     return sweep.char_data, {}
 
 
@@ -721,6 +725,7 @@ EXCLUDED: dict[str, str] = {
     "llama.KVCache": "an empty cache (no tensor until update, which has an entry)",
     "seq2seq.Seq2SeqModel": "a typing Protocol: the two models' make_step have entries",
     "seq2seq.Seq2SeqModel.make_step": "a Protocol's signature: the models' own have entries",
+    "arithmetic.TrainingFields": "a typing Protocol: the fields train_variant reads (records)",
     **dict.fromkeys(_names("""
         arithmetic.make_problem arithmetic.format_problem arithmetic.format_target
         arithmetic.extract_answer arithmetic.score_answers arithmetic.encode arithmetic.decode

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+import entmax as peer  # the authors' package, pinned in requirements-dev.txt
 import pytest
 import torch
 
-import entmax as peer  # the authors' package, pinned in requirements-dev.txt
 from course_lib.entmax import entmax, entmax15, entmax_attention, entmax_bisect, sparsemax
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

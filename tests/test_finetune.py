@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict
 
 import pytest
@@ -45,7 +44,7 @@ def test_encode_pairs_marks_exactly_the_answer_targets() -> None:
     pairs = finetune.word_problems(5, seed=0)
     x, y, mask = finetune.encode_pairs(pairs, vocab)
     assert torch.equal(x[:, 1:], y[:, :-1])
-    for row, (q, a) in enumerate(pairs):
+    for row, (_, a) in enumerate(pairs):
         assert "".join(vocab[i] for i in y[row][mask[row]].tolist()) == a
 
 

@@ -1,5 +1,5 @@
-"""The GPT: names, counts and initialisation as GPT-2's; causal; the key-value cache changes nothing;
-a block and the whole model equal a from-first-principles port of OpenAI's GPT-2 code."""
+"""The GPT: names, counts and initialisation as GPT-2's; causal; the key-value cache changes
+nothing; a block and the whole model equal a from-first-principles port of OpenAI's GPT-2 code."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from course_lib import decoding
-from course_lib.gpt import (GPT, GPTConfig, KVCache, bits_per_byte, from_gpt2_state_dict,
-                            gpt_params, lm_loss, to_gpt2_state_dict)
+from course_lib.gpt import (
+    GPT,
+    GPTConfig,
+    KVCache,
+    bits_per_byte,
+    from_gpt2_state_dict,
+    gpt_params,
+    lm_loss,
+    to_gpt2_state_dict,
+)
 
 pytestmark = pytest.mark.ch04
 
@@ -181,7 +189,10 @@ def _attn(x, sd, prefix, n_head):
     B, T, d = x.shape
     c = _conv1d(x, sd[prefix + "attn.c_attn.weight"], sd[prefix + "attn.c_attn.bias"])
     q, k, v = c.split(d, dim=-1)
-    heads = lambda t: t.reshape(B, T, n_head, d // n_head).permute(0, 2, 1, 3)  # noqa: E731
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(B, T, n_head, d // n_head).permute(0, 2, 1, 3)
+
     q, k, v = heads(q), heads(k), heads(v)
     w = q @ k.transpose(-1, -2) / math.sqrt(d // n_head)
     b = torch.tril(torch.ones(T, T, dtype=w.dtype))
@@ -248,7 +259,8 @@ def test_equals_hugging_face_gpt2() -> None:
 def test_bits_per_byte_loss_by_hand_and_against_the_conversion() -> None:
     from course_lib.gpt import bits_per_byte_loss
     # Uniform over 4 tokens: 2 bits per token; the targets cover 1 + 3 = 4 bytes for 2 tokens.
-    got = bits_per_byte_loss(torch.zeros(1, 2, 4), torch.tensor([[0, 3]]), torch.tensor([1, 1, 1, 3]))
+    got = bits_per_byte_loss(torch.zeros(1, 2, 4), torch.tensor([[0, 3]]),
+                             torch.tensor([1, 1, 1, 3]))
     assert abs(got.item() - 1.0) < 1e-6
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)

@@ -9,8 +9,15 @@ import torch
 from torch import nn
 
 from course_lib.gpt import GPT, GPTConfig, lm_loss
-from course_lib.head_importance import (attention_layers, head_gates, head_importance, head_mask,
-                                        keep_mask, prune_order, pruning_curve)
+from course_lib.head_importance import (
+    attention_layers,
+    head_gates,
+    head_importance,
+    head_mask,
+    keep_mask,
+    prune_order,
+    pruning_curve,
+)
 from course_lib.multihead import MultiHeadAttention
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -144,7 +151,8 @@ def test_errors_name_the_problem() -> None:
     with pytest.raises(ValueError, match="no course_lib attention module"):
         with head_gates(nn.Linear(3, 3)):
             pass
-    with pytest.raises(ValueError, match=r"gates must be \(layers, heads\) = \(2, 4\), got \(4, 2\)"):
+    with pytest.raises(ValueError,
+                       match=r"gates must be \(layers, heads\) = \(2, 4\), got \(4, 2\)"):
         with head_gates(model, torch.ones(4, 2)):
             pass
     with pytest.raises(TypeError, match="keep must be a boolean"):

@@ -6,9 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.linear_attention import (FEATURE_MAPS, causal_linear_attention, elu_feature_map,
-                                         init_state, kernel_attention, linear_attention,
-                                         linear_attention_step, recurrent_linear_attention)
+from course_lib.linear_attention import (
+    FEATURE_MAPS,
+    causal_linear_attention,
+    elu_feature_map,
+    init_state,
+    kernel_attention,
+    linear_attention,
+    linear_attention_step,
+    recurrent_linear_attention,
+)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = dict(rtol=1e-10, atol=1e-10)
@@ -79,7 +86,10 @@ def test_forms_equal_quadratic(device: str, feature_map: str, shape: tuple[int, 
 def test_non_causal_with_different_lengths_and_callable_map() -> None:
     q, _, _ = _qkv(1, (2, 4, 6), 3)
     _, k, v = _qkv(2, (2, 9, 6), 3)
-    phi = lambda x: F.softplus(x)  # noqa: E731  a callable feature map
+
+    def phi(x: torch.Tensor) -> torch.Tensor:  # a callable feature map
+        return F.softplus(x)
+
     torch.testing.assert_close(linear_attention(q, k, v, phi), kernel_attention(q, k, v, phi),
                                **F64)
 

@@ -7,9 +7,16 @@ import math
 import pytest
 import torch
 
-from course_lib.linformer import (LinformerSelfAttention, approximation_error, cumulative_energy,
-                                  energy_rank, linformer_attention, low_rank_error,
-                                  random_projection, singular_values)
+from course_lib.linformer import (
+    LinformerSelfAttention,
+    approximation_error,
+    cumulative_energy,
+    energy_rank,
+    linformer_attention,
+    low_rank_error,
+    random_projection,
+    singular_values,
+)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = dict(rtol=1e-10, atol=1e-10)

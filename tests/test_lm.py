@@ -6,8 +6,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from course_lib import lm
 from course_lib import transformer as tf

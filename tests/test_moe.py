@@ -1,4 +1,5 @@
-"""Mixture of experts (course_lib.moe): routing, the balancing loss against Hugging Face's, capacity."""
+"""Mixture of experts (course_lib.moe): routing, the balancing loss against Hugging Face's,
+capacity."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def test_block_equals_a_loop_over_tokens():
         out = 0
         for j in range(2):
             gate, up = (block.experts.gate_up_proj[e[n, j]] @ flat[n]).chunk(2)
-            out = out + w[n, j] * block.experts.down_proj[e[n, j]] @ (torch.nn.functional.silu(gate) * up)
+            hidden = torch.nn.functional.silu(gate) * up
+            out = out + w[n, j] * block.experts.down_proj[e[n, j]] @ hidden
         assert torch.allclose(y[n], out)
 
 

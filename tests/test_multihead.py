@@ -8,8 +8,7 @@ import torch
 from torch import nn
 
 from course_lib.attention import attention_mask, causal_mask, padding_mask
-from course_lib.multihead import (MultiHeadAttention, merge_heads, multi_head_attention,
-                                  split_heads)
+from course_lib.multihead import MultiHeadAttention, merge_heads, multi_head_attention, split_heads
 
 pytestmark = pytest.mark.ch02
 

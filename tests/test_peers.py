@@ -50,7 +50,10 @@ def test_encoder_layer_weights_name_what_torch_computes(norm_first: bool) -> Non
     w = peers.encoder_layer_weights(layer)
     assert w["w_1"].shape == (D_FF, D) and w["w_2"].shape == (D, D_FF)
     x = torch.randn(2, 5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    attn = lambda z: _attend(z, z, w, "w", "b", H, None)  # noqa: E731
+
+    def attn(z: torch.Tensor) -> torch.Tensor:
+        return _attend(z, z, w, "w", "b", H, None)
+
     if norm_first:
         y = x + attn(_ln(x, w, 1))
         y = y + _ffn(_ln(y, w, 2), w)
@@ -70,8 +73,13 @@ def test_decoder_layer_weights_name_what_torch_computes(norm_first: bool) -> Non
     y = torch.randn(2, 4, D, dtype=torch.float64, generator=g)
     m = torch.randn(2, 6, D, dtype=torch.float64, generator=g)
     causal = causal_mask(4)
-    self_attn = lambda z: _attend(z, z, w, "w", "b", H, causal)  # noqa: E731
-    cross_attn = lambda z: _attend(z, m, w, "wc", "bc", H, None)  # noqa: E731
+
+    def self_attn(z: torch.Tensor) -> torch.Tensor:
+        return _attend(z, z, w, "w", "b", H, causal)
+
+    def cross_attn(z: torch.Tensor) -> torch.Tensor:
+        return _attend(z, m, w, "wc", "bc", H, None)
+
     if norm_first:
         out = y + self_attn(_ln(y, w, 1))
         out = out + cross_attn(_ln(out, w, 2))

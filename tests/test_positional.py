@@ -9,8 +9,13 @@ import pytest
 import torch
 
 from course_lib.multihead import MultiHeadAttention
-from course_lib.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding,
-                                   frequencies, relative_position_map, sinusoidal_encoding)
+from course_lib.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    frequencies,
+    relative_position_map,
+    sinusoidal_encoding,
+)
 
 pytestmark = pytest.mark.ch02
 

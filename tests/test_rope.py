@@ -49,8 +49,8 @@ def test_pairings_are_one_permutation_apart():
 def test_interleaved_known_answer():
     x = torch.tensor([[0.0, 1.0, 2.0, 0.0]], dtype=f64)  # pair 0 = (0, 1), pair 1 = (2, 0)
     y = rope.apply_rope(x, torch.tensor([2]), theta=100.0, pairing="interleaved")
-    c0, s0, c1, s1 = (torch.cos(torch.tensor(2.0, dtype=f64)), torch.sin(torch.tensor(2.0, dtype=f64)),
-                      torch.cos(torch.tensor(0.2, dtype=f64)), torch.sin(torch.tensor(0.2, dtype=f64)))
+    a0, a1 = torch.tensor(2.0, dtype=f64), torch.tensor(0.2, dtype=f64)
+    c0, s0, c1, s1 = torch.cos(a0), torch.sin(a0), torch.cos(a1), torch.sin(a1)
     assert torch.allclose(y, torch.stack([-s0, c0, 2 * c1, 2 * s1])[None])
 
 

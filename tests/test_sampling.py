@@ -8,9 +8,16 @@ import pytest
 import torch
 
 from course_lib import decoding
-from course_lib.sampling import (apply_temperature, distinct_ngrams, filter_logits,
-                                 filtered_distribution, sample, sample_next, top_k_filter,
-                                 top_p_filter)
+from course_lib.sampling import (
+    apply_temperature,
+    distinct_ngrams,
+    filter_logits,
+    filtered_distribution,
+    sample,
+    sample_next,
+    top_k_filter,
+    top_p_filter,
+)
 
 pytestmark = pytest.mark.ch04
 

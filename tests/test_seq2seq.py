@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from course_lib import alignment, data, decoding, seq2seq
-from course_lib.seq2seq import (AttentionSeq2Seq, Encoder, Seq2Seq, Seq2SeqConfig,
-                                attention_decoder_step, sequence_loss)
+from course_lib.seq2seq import (
+    AttentionSeq2Seq,
+    Encoder,
+    Seq2Seq,
+    Seq2SeqConfig,
+    attention_decoder_step,
+    sequence_loss,
+)
 from course_lib.training import TrainConfig, train
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -25,8 +31,8 @@ def batch(n: int = 5) -> data.Batch:
 # Known answers ------------------------------------------------------------------------------
 
 def test_sequence_loss_known_answers() -> None:
-    assert math.isclose(sequence_loss(torch.zeros(2, 3, 5), torch.tensor([[1, 2, 0], [4, 0, 0]])).item(),
-                        math.log(5), rel_tol=1e-6)
+    uniform = sequence_loss(torch.zeros(2, 3, 5), torch.tensor([[1, 2, 0], [4, 0, 0]]))
+    assert math.isclose(uniform.item(), math.log(5), rel_tol=1e-6)
     logits = torch.tensor([[[0.0, math.log(3.0)], [5.0, -5.0]]])  # p(1) = 3/4 at position 0
     assert math.isclose(sequence_loss(logits, torch.tensor([[1, 0]])).item(), -math.log(0.75),
                         rel_tol=1e-6)
@@ -72,8 +78,8 @@ def test_shapes_and_step_interface_agree_with_teacher_forcing(Model, device: str
     # A batch of one source serves several hypotheses (beam search).
     one = model.make_step(b.src[:1], b.src_mask[:1])
     hyps = b.tgt_in[:3, :4]
-    torch.testing.assert_close(one(hyps), model(b.src[:1].expand(3, -1), b.src_mask[:1].expand(3, -1),
-                                                hyps)[:, -1])
+    torch.testing.assert_close(
+        one(hyps), model(b.src[:1].expand(3, -1), b.src_mask[:1].expand(3, -1), hyps)[:, -1])
     tokens, score = decoding.beam_search(one, torch.tensor([CFG.bos_id], device=device), 3, 12,
                                          CFG.eos_id)
     assert tokens[0] == CFG.bos_id and score.item() <= 0
@@ -125,7 +131,8 @@ def test_attention_model_learns_a_few_dates() -> None:
     assert seq2seq.exact_match(model, pairs, SPLITS.src_vocab, SPLITS.tgt_vocab) == 1.0
     assert model.training  # translate restores the mode
     by_length = seq2seq.accuracy_by_length(model, pairs, SPLITS.src_vocab, SPLITS.tgt_vocab)
-    assert set(by_length) == {len(s) for s, _ in pairs} and all(0 <= a <= 1 for a in by_length.values())
+    assert set(by_length) == {len(s) for s, _ in pairs}
+    assert all(0 <= a <= 1 for a in by_length.values())
     outputs = seq2seq.translate(model, [s for s, _ in pairs], SPLITS.src_vocab, SPLITS.tgt_vocab)
     assert outputs == [t for _, t in pairs]
 

@@ -1,17 +1,27 @@
-"""Tests of course_lib.sparse_attention: patterns, graphs, receptive fields, block-sparse attention."""
+"""Tests of course_lib.sparse_attention: patterns, graphs, receptive fields, block-sparse
+attention."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from course_lib.attention import scaled_dot_product_attention
-from course_lib.sparse_attention import (block_layout, block_sparse_attention, dense_mask,
-                                         dilated_window, edges_to_mask, global_tokens,
-                                         mask_to_edges, random_blocks, receptive_field,
-                                         sliding_window, union)
+from course_lib.sparse_attention import (
+    block_layout,
+    block_sparse_attention,
+    dense_mask,
+    dilated_window,
+    edges_to_mask,
+    global_tokens,
+    mask_to_edges,
+    random_blocks,
+    receptive_field,
+    sliding_window,
+    union,
+)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}

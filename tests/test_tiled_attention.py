@@ -9,8 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import causal_mask, scaled_dot_product_attention
-from course_lib.tiled_attention import (TiledAttentionFunction, naive_attention, online_softmax,
-                                        online_softmax_update, tiled_attention)
+from course_lib.tiled_attention import (
+    TiledAttentionFunction,
+    naive_attention,
+    online_softmax,
+    online_softmax_update,
+    tiled_attention,
+)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -37,7 +42,8 @@ def test_online_softmax_update_by_hand() -> None:
 def test_online_softmax_update_ignores_masked_scores() -> None:
     m = torch.full((2,), float("-inf"))
     l = torch.zeros(2)
-    m, l = online_softmax_update(m, l, torch.tensor([[float("-inf")] * 3, [0.0, float("-inf"), 0.0]]))
+    scores = torch.tensor([[float("-inf")] * 3, [0.0, float("-inf"), 0.0]])
+    m, l = online_softmax_update(m, l, scores)
     assert m.tolist() == [float("-inf"), 0.0] and l.tolist() == [0.0, 2.0]
 
 

@@ -58,7 +58,10 @@ def test_gradient_clipping_bounds_the_update() -> None:
     with torch.no_grad():
         model.weight.fill_(0.0)
     batches = [(torch.ones(1, 1), 1000 * torch.ones(1, 1))]
-    loss = lambda m, b: ((m(b[0]) - b[1]) ** 2).mean()  # noqa: E731
+
+    def loss(m: torch.nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return ((m(b[0]) - b[1]) ** 2).mean()
+
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     hist = train(model, batches, loss, TrainConfig(steps=1, lr=1.0, grad_clip=0.5, progress=False),
                  optimizer=opt)

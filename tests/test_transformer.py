@@ -149,7 +149,10 @@ def test_sublayer_places_the_norm(norm_first: bool) -> None:
     norm = nn.LayerNorm(4).double()
     peers.randomize_(norm, seed=0)
     x = torch.randn(2, 3, 4, generator=_gen(0), dtype=torch.float64)
-    f = lambda z: (torch.tanh(z), None)  # noqa: E731
+
+    def f(z: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return torch.tanh(z), None
+
     got, weights = tf.sublayer(x, f, norm, nn.Identity(), norm_first)
     expected = x + torch.tanh(norm(x)) if norm_first else norm(x + torch.tanh(x))
     torch.testing.assert_close(got, expected)
@@ -300,7 +303,8 @@ def test_clear_errors() -> None:
         dec(torch.randn(2, 3, 8), torch.randn(3, 4, 8))
     model = _small_model()
     src = torch.randint(9, (2, 5))
-    with pytest.raises(ValueError, match=r"src_padding must be boolean with the shape of the tokens"):
+    with pytest.raises(ValueError,
+                       match=r"src_padding must be boolean with the shape of the tokens"):
         model.encode(src, torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="outside"):
         model.encode(torch.full((1, 3), 9))
