@@ -22,7 +22,7 @@ AXE := _build/vendor/axe/axe.min.js
 # Chromium drives the browser check of the website; bubblewrap sandboxes student code.
 SYSDEPS := chromium chromium-driver bubblewrap
 
-.PHONY: setup sysdeps book test test-fast release clean
+.PHONY: setup sysdeps book test test-fast lint release clean
 
 setup: $(STAMP) sysdeps $(MATHJAX) $(MATHJAX2) $(AXE)
 
@@ -82,6 +82,12 @@ test: setup
 # Unit tests and course_lib's docstring examples (pyproject: --doctest-modules): everything not marked slow.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
+
+# ruff over the repository's Python files and mypy --strict over course_lib (pyproject.toml:
+# [tool.ruff], [tool.mypy]).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # chapters/ and colab/ from solutions/ (nbgrader generate_assignment underneath); writes generated
 # files only, and fails naming file and line where a hand-edited file names another repository.
