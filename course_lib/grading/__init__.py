@@ -47,22 +47,43 @@ The modules, one job each:
 from __future__ import annotations
 
 from course_lib.grading.exercise import Case, Exercise, GradingError, ReferenceCallError, Slip
-from course_lib.grading.guard import (REFERENCE_CALL_MESSAGE, STRIPPED_MARKER, code_objects,
-                                      is_reference_call, run_guarded)
+from course_lib.grading.guard import (
+    REFERENCE_CALL_MESSAGE,
+    STRIPPED_MARKER,
+    code_objects,
+    is_reference_call,
+    run_guarded,
+)
 from course_lib.grading.hidden import check, evaluate, format_failures, record
-from course_lib.grading.inputs import (CALL_MODULES, call_name, case_inputs_path,
-                                       read_case_inputs, resolve_call, write_case_inputs)
+from course_lib.grading.inputs import (
+    CALL_MODULES,
+    call_name,
+    case_inputs_path,
+    read_case_inputs,
+    resolve_call,
+    write_case_inputs,
+)
 from course_lib.grading.meter import AllocationMeter
-from course_lib.grading.modes import (INPUT_DIR_ENV, MODE_ENV, NBGRADER_ENV, RECORD_DIR_ENV,
-                                      grading_mode, under_grader)
+from course_lib.grading.modes import (
+    INPUT_DIR_ENV,
+    MODE_ENV,
+    NBGRADER_ENV,
+    RECORD_DIR_ENV,
+    grading_mode,
+    under_grader,
+)
 from course_lib.grading.plain import TOLERANCES, compare_plain, to_plain
 from course_lib.grading.questions import Question, answer_case, choice
 from course_lib.grading.records import load_record, record_path, save_record
-from course_lib.grading.registry import (answer_objects, chapter_exercises, exercise_chapters,
-                                         forbidden_code_objects, get_exercise)
+from course_lib.grading.registry import (
+    answer_objects,
+    chapter_exercises,
+    exercise_chapters,
+    forbidden_code_objects,
+    get_exercise,
+)
+from course_lib.grading.verdict import CaseResult, explain, judge, reference_output, run_student
 from course_lib.grading.verdict import _post as _post  # the tests' (exercise postprocessing)
-from course_lib.grading.verdict import (CaseResult, explain, judge, reference_output,
-                                        run_student)
 from course_lib.grading.visible import visible_tests
 
 __all__ = [

@@ -8,8 +8,9 @@ subclass :class:`course_lib.grading.questions.Question`, whose answer is not in 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 
 class GradingError(Exception):

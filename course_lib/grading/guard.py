@@ -14,7 +14,8 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 #: What a student reads when a case called a graded reference (in the kernel's profiler guard, or
 #: in the grading sandbox, where the references' bodies are stripped).

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from course_lib.grading.exercise import GradingError, ReferenceCallError
 from course_lib.grading.inputs import read_case_inputs, resolve_call

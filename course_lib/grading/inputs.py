@@ -10,8 +10,9 @@ in one of :data:`CALL_MODULES`, the only exercise code the sandbox holds.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

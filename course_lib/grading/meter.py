@@ -36,7 +36,8 @@ class AllocationMeter(TorchDispatchMode):
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        given = {_storage_ptr(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        given = {_storage_ptr(t) for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)}
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and _storage_ptr(t) not in given:
                 self.largest = max(self.largest, t.numel())

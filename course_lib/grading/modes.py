@@ -33,5 +33,6 @@ def grading_mode() -> str:
 
 
 def under_grader() -> bool:
-    """Whether a grader runs this kernel (stock nbgrader's autograde, or the hardened record mode)."""
+    """Whether a grader runs this kernel (stock nbgrader's autograde, or the hardened record
+    mode)."""
     return bool(os.environ.get(NBGRADER_ENV)) or grading_mode() == "record"

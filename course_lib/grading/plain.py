@@ -157,8 +157,8 @@ def compare_plain(
     rtol |expected|``, NaN only where expected); integer, boolean and string values must be equal.
 
     Example:
-        >>> compare_plain(np.zeros(3), np.ones(3))
-        'output: largest error 1 at index (0,) (got 0, expected 1; tolerance atol=1e-09, rtol=1e-07)'
+        >>> print(compare_plain(np.zeros(3), np.ones(3)))
+        output: largest error 1 at index (0,) (got 0, expected 1; tolerance atol=1e-09, rtol=1e-07)
     """
     if isinstance(expected, np.ndarray):
         return _compare_arrays(got, expected, rtol, atol, path)

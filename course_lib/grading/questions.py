@@ -23,8 +23,9 @@ sandbox the call without it, and its trusted judge compares the sandbox's record
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from course_lib.grading.exercise import Case, Exercise, GradingError
 

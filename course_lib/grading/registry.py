@@ -8,8 +8,9 @@ read (:data:`course_lib.grading.guard.STRIPPED_MARKER`).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from course_lib.grading.exercise import Exercise, GradingError
 from course_lib.grading.guard import STRIPPED_MARKER, code_objects

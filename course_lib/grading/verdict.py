@@ -10,8 +10,9 @@ implementation and the message a student gets when their output equals its outpu
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from course_lib.grading.exercise import Case, Exercise, GradingError
 from course_lib.grading.guard import REFERENCE_CALL_MESSAGE, STRIPPED_MARKER, run_guarded
@@ -104,14 +105,14 @@ def explain(ex: Exercise, case: Case, got: Any, expected: Any,
     for slip in ex.slips:
         try:
             slipped = _post(ex, inputs, to_plain(ex.run(slip.fn, copy.deepcopy(inputs))))
-        except Exception:  # noqa: BLE001 - a slip that does not apply to this case says nothing
+        except Exception:  # a slip that does not apply to this case says nothing
             continue
         if compare_plain(got, slipped, case.rtol, case.atol) is None:
             return slip.message
     if ex.diagnose is not None:
         try:
             return ex.diagnose(inputs, got, expected)
-        except Exception:  # noqa: BLE001 - a diagnosis must never break grading
+        except Exception:  # a diagnosis must never break grading
             return None
     return None
 
@@ -159,7 +160,7 @@ def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None
         return ex.verdict(got, ex.expected(expected))
     try:
         got = _post(ex, inputs, got)
-    except Exception as err:  # noqa: BLE001 - an output the check cannot read fails the case
+    except Exception as err:  # an output the check cannot read fails the case
         return f"your output could not be checked ({type(err).__name__}: {err})"[:2000]
     msg = compare_plain(got, expected, case.rtol, case.atol)
     if msg:

@@ -8,8 +8,8 @@ earns 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from course_lib.grading.modes import under_grader
 
