@@ -11,6 +11,9 @@ what Jupyter Book, sphinx-book-theme and pydata-sphinx-theme write, and why (iss
 * **Styles** (``_ext/static/course-pages.css``): visible keyboard focus on every control; long
   inline code wraps; on a phone a plot uses the screen's width and never shrinks below the width
   at which its smallest text is ``MIN_LABEL_PX`` px (a wider plot scrolls inside its own box).
+* **Plots**: every chapter the build executes draws its text at the course style's sizes (11 pt,
+  ``course_lib.plotting.course_text_rc``, through ``MATPLOTLIBRC``), so a 6-inch plot fits a
+  390 px phone with its text at 9 px or more.
 * **Formulas** are typeset at build time: MathJax 3 (mathjax-full, vendored by the Makefile) in
   Node (``_ext/typeset_math.js``) writes each as CommonHTML with its assistive MathML for screen
   readers, and the page's head gets the stylesheet of the characters it draws (the fonts are the
@@ -336,6 +339,28 @@ def add_theme_and_styles(app: Sphinx, config: Any) -> None:
     app.add_css_file("course-pages.css", priority=900)
 
 
+def matplotlibrc(rc: dict[str, Any]) -> str:
+    r"""A matplotlibrc file's text setting ``rc`` (plain values: sizes, names).
+
+    >>> matplotlibrc({"font.size": 11.0})
+    'font.size: 11.0\n'
+    """
+    return "".join(f"{key}: {value}\n" for key, value in rc.items())
+
+
+def course_plot_text(app: Sphinx, config: Any) -> None:
+    """Every chapter the build executes draws its plots' text at the course style's sizes
+    (``course_lib.plotting.course_text_rc``): a matplotlibrc named by ``MATPLOTLIBRC``, which the
+    notebooks' kernels inherit; the phone check (``MIN_LABEL_PX``) relies on it."""
+    from course_lib.plotting import course_text_rc
+
+    path = Path(app.outdir).parent / "course-matplotlibrc"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(matplotlibrc({str(k): v for k, v in course_text_rc().items()}),
+                    encoding="utf-8")
+    os.environ["MATPLOTLIBRC"] = str(path)
+
+
 def _text_pt() -> float:
     from course_lib.plotting import smallest_text_pt
 
@@ -411,6 +436,7 @@ def lighten_assets(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", add_theme_and_styles)
+    app.connect("config-inited", course_plot_text)
     app.connect("html-page-context", rewrite_page, priority=600)
     app.connect("build-finished", lighten_assets)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -15,6 +15,13 @@ monotonically. :func:`series_style` gives the ``i``-th series its colour, line s
 their own ``ax.plot`` and ``ax.bar`` calls, call it in their imports cell, so those follow the
 same cycle).
 
+**Text sizes, set once here.** Plots are read on phones too: the course website shows a plot as
+wide as the screen (390 px on a common phone) and checks that its smallest text stays at 9 px or
+more. Text is drawn at :data:`FONT_PT` (11 pt, matplotlib's default is 10): a 6-inch figure, the
+course's usual width, then needs 360 px. :func:`course_text_rc` gives these sizes, which the
+website's build applies to every chapter it executes (``_ext/course_pages.py``), and
+:func:`course_rc` includes them.
+
 Example:
     >>> fig = plot_attention(torch.eye(3), ["a", "b", "c"], ["x", "y", "z"])
     >>> fig.axes[0].get_xlabel()
@@ -25,7 +32,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib as mpl
 import numpy as np
@@ -33,6 +41,7 @@ import torch
 from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
 
 from course_lib.checks import check_tensor
 from course_lib.training import History
@@ -61,14 +70,31 @@ def series_style(i: int) -> dict[str, Any]:
     return {"color": PALETTE[k], "linestyle": LINESTYLES[k], "marker": MARKERS[k]}
 
 
-def course_rc() -> dict[str, Any]:
-    """The rcParams of the course style: the palette with its line styles as the property cycle.
+#: The size (points) of a plot's text: tick labels and legends at this size, axis labels too,
+#: titles larger (matplotlib's relative sizes). 11 pt keeps a 6-inch figure's text at 9 px or
+#: more when a phone shows it 360 px wide or wider (6 in x 9 px / 11 pt x 72 pt/in).
+FONT_PT = 11.0
+
+
+def course_text_rc() -> dict[RcKeyType, Any]:
+    """The rcParams of the course style's text sizes (every text scales with ``font.size``).
+
+    Example:
+        >>> course_text_rc()
+        {'font.size': 11.0}
+    """
+    return {"font.size": FONT_PT}
+
+
+def course_rc() -> dict[RcKeyType, Any]:
+    """The rcParams of the course style: the palette with its line styles as the property cycle,
+    and the text sizes of :func:`course_text_rc`.
 
     Markers are not cycled by default (a training curve of 1000 steps would be a smear of them);
     the course's plot functions add them where points are sparse.
     """
     return {"axes.prop_cycle": cycler(color=list(PALETTE)) + cycler(linestyle=list(LINESTYLES)),
-            "image.cmap": HEATMAP_CMAP}
+            "image.cmap": HEATMAP_CMAP, **course_text_rc()}
 
 
 #: rcParams of the texts a plot draws (axis labels, tick labels, legends, titles).
@@ -87,9 +113,9 @@ def smallest_text_pt(rc: Mapping[str, Any] | None = None) -> float:
     """
     from matplotlib.font_manager import font_scalings
 
-    params: dict[str, Any] = {str(k): v for k, v in mpl.rcParams.items()}
-    params.update(course_rc())
-    params.update(rc or {})
+    # matplotlib's defaults, then the course style's, then ``rc``'s.
+    params: dict[str, Any] = {str(k): v for layer in (mpl.rcParams, course_rc(), rc or {})
+                              for k, v in layer.items()}
     base = float(params["font.size"])
 
     def points(size: Any) -> float:
@@ -116,13 +142,13 @@ def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Ax
 
 
 def _moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    values = np.asarray(values, dtype=float)
-    if window <= 1 or len(values) < window:
-        return values
+    array = np.asarray(values, dtype=float)
+    if window <= 1 or len(array) < window:
+        return array
     kernel = np.ones(window) / window
     # "valid" part, padded at the start with the running mean so the curve keeps its length.
-    head = np.cumsum(values[:window - 1]) / np.arange(1, window)
-    return np.concatenate([head, np.convolve(values, kernel, mode="valid")])
+    head = np.cumsum(array[:window - 1]) / np.arange(1, window)
+    return np.concatenate([head, np.convolve(array, kernel, mode="valid")])
 
 
 def plot_loss_curves(histories: History | Mapping[str, History], ax: Axes | None = None,

@@ -158,6 +158,24 @@ def test_pages_load_no_mathjax_script() -> None:
     assert pages_ext.without_unused(scripts, "<p>") == [scripts[2]]
 
 
+def test_the_build_draws_every_chapter_s_plot_text_at_the_course_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel the build starts (a child process) reads the course's text size from MATPLOTLIBRC,
+    and the phone check assumes that size."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from course_lib.plotting import FONT_PT, smallest_text_pt
+
+    monkeypatch.setenv("MATPLOTLIBRC", "")
+    pages_ext.course_plot_text(SimpleNamespace(outdir=str(tmp_path / "html")), None)
+    child = subprocess.run([sys.executable, "-c", "import matplotlib.pyplot as plt; "
+                            "print(plt.rcParams['font.size'], plt.rcParams['legend.fontsize'])"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.split() == [str(FONT_PT), "medium"]
+    assert smallest_text_pt() == FONT_PT == 11.0
+
+
 def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
     page = PurePosixPath("chapters/02-x/x.ipynb")
     assert site_ext.colab_copy(page) == PurePosixPath("colab/02-x/x.ipynb")
