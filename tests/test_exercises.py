@@ -123,10 +123,6 @@ QUESTIONS = {
     "09-reasoning": ["hacking_prediction"],
 }
 
-#: Registries that list their exercises in another order than the notebook (course_lib's to fix;
-#: strict, so the entry goes once they follow it).
-REGISTRY_IN_ANOTHER_ORDER = {"08-fine-tuning", "09-reasoning"}
-
 #: Slips (by index in the exercise's ``slips``) that only the hidden tests catch: the visible
 #: tests are hand-checkable cases and catch every other slip before grading. Their ids are strict
 #: xfails, so an entry goes once the visible tests catch the slip.
@@ -367,10 +363,7 @@ def test_the_registry_holds_exactly_the_notebooks_exercises(chapter: Chapter) ->
     assert set(QUESTIONS[chapter.slug]) <= set(names)
 
 
-@pytest.mark.parametrize("chapter", [
-    pytest.param(ch, id=ch.slug, marks=[_mark(ch)] + ([pytest.mark.xfail(
-        strict=True, reason="course_lib's registry lists the exercises in another order")]
-        if ch.slug in REGISTRY_IN_ANOTHER_ORDER else [])) for ch in CHAPTERS])
+@pytest.mark.parametrize("chapter", CHAPTER_PARAMS)
 def test_the_registry_follows_the_notebooks_order(chapter: Chapter) -> None:
     assert [ex.name for ex in _exercises(chapter)] == _notebook_exercises(chapter)
 

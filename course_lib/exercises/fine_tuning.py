@@ -675,7 +675,9 @@ _EXTRACT_SLIPS = (
 )
 
 
-EXERCISES = {ex.id: ex for ex in [
+EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
+    Exercise(id="fine_tuning.answer_only_loss", reference=finetune.answer_only_loss,
+             cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.lora_forward", reference=lora.lora_forward,
              cases=_lora_forward_cases, slips=_LORA_FORWARD_SLIPS,
              forbidden=(lora.LoRALinear,), largest_tensor=_lora_bound,
@@ -686,8 +688,6 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_trainable_cases, slips=_TRAINABLE_SLIPS,
              forbidden=(lora.add_lora, lora.trainable_parameters)),
     _PREDICT_FORGETTING,
-    Exercise(id="fine_tuning.answer_only_loss", reference=finetune.answer_only_loss,
-             cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.distillation_loss", reference=distill.distillation_loss,
              cases=_distill_cases, slips=_DISTILL_SLIPS, forbidden=(distill.hinton_loss,)),
     Exercise(id="fine_tuning.kl_frontier", reference=dpo.kl_regularised_optimum,

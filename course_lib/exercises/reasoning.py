@@ -395,16 +395,16 @@ _HACKING_PREDICTION = Question(
           "many groups have rewards that differ?"))
 
 
-EXERCISES = {ex.id: ex for ex in [
+EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
     Exercise(id="reasoning.majority_vote", reference=reasoning.majority_vote,
              cases=_majority_cases, slips=_MAJORITY_SLIPS, call=each_call),
     Exercise(id="reasoning.pass_at_k", reference=reasoning.pass_at_k, cases=_pass_cases,
              slips=_PASS_SLIPS, forbidden=(reasoning.pass_at_k_curve,)),
+    _HACKING_PREDICTION,
     Exercise(id="reasoning.group_advantages", reference=rl.group_advantages, cases=_adv_cases,
              slips=_ADV_SLIPS, diagnose=_adv_diagnose),
     Exercise(id="reasoning.rloo_advantages", reference=rl.rloo_advantages, cases=_adv_cases,
              slips=_RLOO_SLIPS),
     Exercise(id="reasoning.grpo_loss", reference=rl.grpo_loss, cases=_grpo_cases,
              slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,)),
-    _HACKING_PREDICTION,
 ]}
