@@ -313,6 +313,110 @@ def subset_icon_fonts(outdir: Path, codepoints: set[int]) -> int:
     return written
 
 
+_TOKEN_RULE = re.compile(r'html\[data-theme="(\w+)"\] \.highlight(?: \.(\w+))? \{([^}]*)\}')
+
+
+def plain_token_classes(pygments_css: str) -> set[str]:
+    """The classes of code tokens drawn exactly as a code block's own text in every colour mode
+    (pydata's ``pygments.css``: same colour, nothing else), whose ``<span>`` adds nothing.
+
+    >>> plain_token_classes('html[data-theme="light"] .highlight { background: #fff; color: #000 }'
+    ...                     'html[data-theme="light"] .highlight .n { color: #000 }'
+    ...                     'html[data-theme="light"] .highlight .k { color: #00f }')
+    {'n'}
+    """
+    text: dict[str, str] = {}
+    tokens: dict[str, dict[str, str]] = {}
+    for theme, cls, declarations in _TOKEN_RULE.findall(pygments_css):
+        if cls:
+            tokens.setdefault(cls, {})[theme] = declarations.strip()
+        else:
+            text[theme] = re.sub(r"background:[^;]*;\s*", "", declarations.strip())
+    return {cls for cls, rules in tokens.items()
+            if text and rules.keys() == text.keys() and all(rules[t] == text[t] for t in text)}
+
+
+_PRE = re.compile(r"<pre>.*?</pre>", re.DOTALL)
+
+
+def unwrap_plain_tokens(page: str, classes: set[str]) -> str:
+    """``page`` with the code tokens of ``classes`` as bare text in its ``<pre>`` blocks.
+
+    >>> unwrap_plain_tokens('<pre><span class="n">x</span><span class="o">=</span></pre>', {"n"})
+    '<pre>x<span class="o">=</span></pre>'
+    """
+    if not classes:
+        return page
+    names = "|".join(map(re.escape, sorted(classes)))
+    span = re.compile(rf'<span class="(?:{names})">([^<]*)</span>')
+    return _PRE.sub(lambda pre: span.sub(r"\1", pre.group(0)), page)
+
+
+def css_words(texts: Iterable[str]) -> set[str]:
+    r"""Every word (``[\w-]+``) of ``texts``: the names a page or a script may give an element."""
+    return {word for text in texts for word in re.findall(r"[\w-]+", text)}
+
+
+#: Classes that Bootstrap's scripts compose at run time (``bs-tooltip-auto``, ...): always kept.
+DYNAMIC_PREFIXES = ("bs-",)
+
+
+def _selectors(prelude: list[Any]) -> list[list[Any]]:
+    """A rule's selector list split at its top-level commas (``:is(a, b)`` stays whole)."""
+    out: list[list[Any]] = [[]]
+    for token in prelude:
+        if token.type == "literal" and token.value == ",":
+            out.append([])
+        else:
+            out[-1].append(token)
+    return out
+
+
+def _may_match(selector: list[Any], words: set[str]) -> bool:
+    """False when the selector names a class or id that no page or script holds (what is inside
+    ``:not()``, ``:is()`` and attribute selectors is not required)."""
+    previous = None
+    for token in selector:
+        name = None
+        if token.type == "ident" and previous is not None and previous.type == "literal" \
+                and previous.value == ".":
+            name = token.value
+        elif token.type == "hash":
+            name = token.value
+        if name is not None and name not in words and not name.startswith(DYNAMIC_PREFIXES):
+            return False
+        previous = token
+    return True
+
+
+def purge_css(css: str, words: set[str]) -> str:
+    """``css`` without the selectors that can match no element of the site (PurgeCSS's rule):
+    states (``:hover``, ``:focus``, dark mode) of elements that exist are kept, and so are the
+    classes the site's scripts add (every word of the scripts is in ``words``).
+
+    >>> purge_css('.a,.gone{x:1}.gone:hover{y:2}@media (min-width:1px){.a:focus{z:3}}'
+    ...           '@font-face{src:url(f)}', {"a"})
+    '.a{x:1}@media (min-width:1px){.a:focus{z:3}}@font-face{src:url(f)}'
+    """
+    import tinycss2  # type: ignore[import-untyped]
+
+    out = []
+    for rule in tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True):
+        if rule.type == "qualified-rule":
+            kept = [tinycss2.serialize(s).strip() for s in _selectors(rule.prelude)
+                    if _may_match(s, words)]
+            if kept:
+                out.append(f"{','.join(kept)}{{{tinycss2.serialize(rule.content)}}}")
+        elif rule.type == "at-rule" and rule.content is not None \
+                and rule.lower_at_keyword in ("media", "supports", "layer", "container"):
+            inner = purge_css(tinycss2.serialize(rule.content), words)
+            if inner:
+                out.append(f"@{rule.at_keyword}{tinycss2.serialize(rule.prelude)}{{{inner}}}")
+        elif rule.type == "at-rule":
+            out.append(rule.serialize())
+    return "".join(out)
+
+
 def without_unused(assets: Iterable[Any], body: str) -> list[Any]:
     """Script or CSS assets minus MathJax's (the formulas are typeset at build time), sphinx-thebe's
     (files and inline configuration: no live-code button is configured) and, on a page without
@@ -418,25 +522,39 @@ def typeset_page(app: Sphinx, pagename: str, context: dict[str, Any], body: str)
 
 
 def lighten_assets(app: Sphinx, exception: Exception | None) -> None:
-    """Once the images are copied: PNG plots re-encoded with a palette when smaller, and the icon
-    fonts cut to the icons the pages use."""
+    """Once the images and static files are copied (after pydata's ``pygments.css``): PNG plots
+    re-encoded with a palette when smaller, code tokens without their plain spans, the icon fonts
+    cut to the icons the pages use, and the stylesheets purged of rules no element can match."""
     if exception is not None or app.builder.format != "html":
         return
-    saved = sum(palette_png(p) for p in (Path(app.outdir) / "_images").glob("*.png")
-                if png_info(p) is not None)
-    LOGGER.info(f"course_pages: plots re-encoded with a palette, {saved / 1e6:.2f} MB saved")
     out = Path(app.outdir)
+    saved = sum(palette_png(p) for p in (out / "_images").glob("*.png") if png_info(p) is not None)
+    LOGGER.info(f"course_pages: plots re-encoded with a palette, {saved / 1e6:.2f} MB saved")
+    classes = plain_token_classes((out / "_static" / "pygments.css").read_text(encoding="utf-8"))
+    pages = {path: unwrap_plain_tokens(path.read_text(encoding="utf-8"), classes)
+             for path in out.rglob("*.html")}
+    for path, page in pages.items():
+        path.write_text(page, encoding="utf-8")
     theme_css = out / "_static" / "styles" / "pydata-sphinx-theme.css"
     css = theme_css.read_text(encoding="utf-8")
-    pages = [p.read_text(encoding="utf-8") for p in out.rglob("*.html")]
-    size = subset_icon_fonts(out, icon_codepoints(css, pages))
-    theme_css.write_text(trim_icon_rules(css, icon_names(pages)), encoding="utf-8")
+    size = subset_icon_fonts(out, icon_codepoints(css, pages.values()))
+    theme_css.write_text(trim_icon_rules(css, icon_names(pages.values())), encoding="utf-8")
     LOGGER.info(f"course_pages: icon fonts cut to the icons the pages use, {size / 1e3:.0f} kB")
+    scripts = [p.read_text(encoding="utf-8", errors="replace") for p in out.rglob("*.js")]
+    words = css_words([*pages.values(), *scripts])
+    before = after = 0
+    for sheet in (out / "_static").rglob("*.css"):
+        css = sheet.read_text(encoding="utf-8")
+        purged = purge_css(css, words)
+        sheet.write_text(purged, encoding="utf-8")
+        before, after = before + len(css), after + len(purged)
+    LOGGER.info(f"course_pages: stylesheets purged, {before / 1e3:.0f} -> {after / 1e3:.0f} kB")
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", add_theme_and_styles)
     app.connect("config-inited", course_plot_text)
     app.connect("html-page-context", rewrite_page, priority=600)
-    app.connect("build-finished", lighten_assets)
+    # After pydata-sphinx-theme's own build-finished handler, which writes pygments.css.
+    app.connect("build-finished", lighten_assets, priority=800)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

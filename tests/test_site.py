@@ -176,6 +176,33 @@ def test_the_build_draws_every_chapter_s_plot_text_at_the_course_size(
     assert smallest_text_pt() == FONT_PT == 11.0
 
 
+def test_unused_css_rules_go_and_states_of_used_elements_stay() -> None:
+    words = pages_ext.css_words(['<nav class="navbar show"><a id="top">', "el.classList.add('open')"])
+    css = ('.navbar:hover,.carousel{a:1}html[data-theme=dark] .navbar{b:2}.open:focus-visible{c:3}'
+           '.navbar:not(.gone){d:4}.gone .navbar{e:5}#top::before{f:6}#nowhere{g:7}'
+           '.bs-tooltip-auto{h:8}@media (max-width:600px){.gone{i:9}}'
+           '@keyframes spin{to{transform:rotate(1turn)}}')
+    assert pages_ext.purge_css(css, words) == (
+        '.navbar:hover{a:1}html[data-theme=dark] .navbar{b:2}.open:focus-visible{c:3}'
+        '.navbar:not(.gone){d:4}#top::before{f:6}.bs-tooltip-auto{h:8}'
+        '@keyframes spin{to{transform:rotate(1turn)}}')
+
+
+def test_code_keeps_only_the_spans_that_colour_it() -> None:
+    css = ('html[data-theme="light"] .highlight { background: #fff; color: #080808 }\n'
+           'html[data-theme="dark"] .highlight { background: #222; color: #F8F8F2 }\n'
+           'html[data-theme="light"] .highlight .n { color: #080808 } /* Name */\n'
+           'html[data-theme="dark"] .highlight .n { color: #F8F8F2 } /* Name */\n'
+           'html[data-theme="light"] .highlight .p { color: #080808 }\n'
+           'html[data-theme="dark"] .highlight .p { color: #ABE338 }\n'
+           'html[data-theme="light"] .highlight .k { color: #080808; font-weight: bold }\n')
+    assert pages_ext.plain_token_classes(css) == {"n"}
+    page = ('<p><span class="n">prose</span></p><pre><span></span><span class="n">x</span>'
+            '<span class="p">(</span><span class="n">a&lt;b</span></pre>')
+    assert pages_ext.unwrap_plain_tokens(page, {"n"}) == (
+        '<p><span class="n">prose</span></p><pre><span></span>x<span class="p">(</span>a&lt;b</pre>')
+
+
 def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
     page = PurePosixPath("chapters/02-x/x.ipynb")
     assert site_ext.colab_copy(page) == PurePosixPath("colab/02-x/x.ipynb")
