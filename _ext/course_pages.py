@@ -255,7 +255,8 @@ def icon_codepoints(css: str, pages: Iterable[str]) -> set[int]:
     glyph the theme's CSS draws by itself (``content`` outside ``.fa-NAME:before`` rules, and the
     characters of its ``--pst-icon-*`` properties).
 
-    >>> css = '.fa-a:before{content:"\\f001"}.fa-b:before{content:"\\f002"}.x:after{content:"\\f003"}'
+    >>> css = ('.fa-a:before{content:"\\f001"}.fa-b:before{content:"\\f002"}'
+    ...        '.x:after{content:"\\f003"}')
     >>> sorted(hex(c) for c in icon_codepoints(css, ['<i class="fa-solid fa-a"></i>']))
     ['0xf001', '0xf003']
     """

@@ -1,4 +1,5 @@
-"""The course website's own Sphinx extension (registered in _config.yml, ``sphinx.local_extensions``).
+"""The course website's own Sphinx extension (registered in _config.yml,
+``sphinx.local_extensions``).
 
 What it adds to Jupyter Book / sphinx-book-theme:
 
@@ -39,9 +40,10 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 from docutils import nodes
@@ -78,7 +80,8 @@ def colab_copy(source: PurePosixPath, release_dir: str = "chapters",
     return PurePosixPath(colab_dir, *source.parts[1:])
 
 
-def missing_colab_copies(root: Path, sources: Iterable[PurePosixPath], release_dir: str = "chapters",
+def missing_colab_copies(root: Path, sources: Iterable[PurePosixPath],
+                         release_dir: str = "chapters",
                          colab_dir: str = "colab") -> list[str]:
     """The Colab copies (repository-relative) that chapter pages need and ``root`` lacks."""
     missing = []
@@ -644,7 +647,8 @@ class FillCourseTables(SphinxPostTransform):
 
 
 def rewrite_tables_always(app: Sphinx, env: Any) -> list[str]:
-    """Pages with a course table are rewritten on every build (the GPU file or a figure may change)."""
+    """Pages with a course table are rewritten on every build (the GPU file or a figure may
+    change)."""
     from myst_nb.sphinx_ import NbMetadataCollector
 
     return [d for d, data in NbMetadataCollector.get_doc_data(env).items()

@@ -75,7 +75,10 @@ _FOCUS = """
     const r = el.getBoundingClientRect(), s = getComputedStyle(el);
     return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && el.tabIndex >= 0;
   };
-  const look = el => { const s = getComputedStyle(el); return PROPS.map(p => s.getPropertyValue(p)); };
+  const look = el => {
+    const s = getComputedStyle(el);
+    return PROPS.map(p => s.getPropertyValue(p));
+  };
   const transparent = c => /rgba\\(.*,\\s*0\\)$/.test(c) || c === "transparent";
   const ring = v => v[0] !== "none" && parseFloat(v[1]) > 0 && !transparent(v[2]);
   const name = el => (el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
@@ -97,7 +100,8 @@ _FOCUS = """
   };
   const math = Array.from(document.querySelectorAll("mjx-container"));
   check(Array.from(document.querySelectorAll(TABBABLE))
-        .filter(el => shown(el) && !el.closest(".dropdown-menu") && el.tagName !== "MJX-CONTAINER"));
+        .filter(el => shown(el) && !el.closest(".dropdown-menu")
+                && el.tagName !== "MJX-CONTAINER"));
   for (const toggle of document.querySelectorAll('[data-bs-toggle="dropdown"]')) {
     if (!shown(toggle)) { continue; }
     toggle.click();
@@ -117,7 +121,8 @@ _FOCUS = """
 _LAYOUT = """
 (() => {
   const width = document.documentElement.clientWidth;
-  const clips = el => { for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+  const clips = el => {
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
       if (getComputedStyle(p).overflowX !== "visible") { return true; } } return false; };
   const out = [];
   for (const el of document.body.querySelectorAll("*")) {

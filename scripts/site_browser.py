@@ -27,10 +27,11 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import websocket
 
@@ -312,7 +313,7 @@ class Chromium:
                 self.process.wait()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -27,7 +27,8 @@ def _page(slug: str) -> Path:
 
 @pytest.mark.parametrize("slug", chapter_slugs())
 def test_chapter_page_has_its_colab_launch_button(built_book: Path, slug: str) -> None:
-    """Colab opens, and the download button serves, the plain-Jupyter copy colab/NN-slug/slug.ipynb."""
+    """Colab opens, and the download button serves, the plain-Jupyter copy
+    colab/NN-slug/slug.ipynb."""
     html = (built_book / _page(slug)).read_text()
     repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
     colab_copy = Path("colab") / slug / release_notebook(slug).name

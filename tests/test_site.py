@@ -177,7 +177,8 @@ def test_the_build_draws_every_chapter_s_plot_text_at_the_course_size(
 
 
 def test_unused_css_rules_go_and_states_of_used_elements_stay() -> None:
-    words = pages_ext.css_words(['<nav class="navbar show"><a id="top">', "el.classList.add('open')"])
+    words = pages_ext.css_words(['<nav class="navbar show"><a id="top">',
+                                 "el.classList.add('open')"])
     css = ('.navbar:hover,.carousel{a:1}html[data-theme=dark] .navbar{b:2}.open:focus-visible{c:3}'
            '.navbar:not(.gone){d:4}.gone .navbar{e:5}#top::before{f:6}#nowhere{g:7}'
            '.bs-tooltip-auto{h:8}@media (max-width:600px){.gone{i:9}}'
@@ -200,7 +201,8 @@ def test_code_keeps_only_the_spans_that_colour_it() -> None:
     page = ('<p><span class="n">prose</span></p><pre><span></span><span class="n">x</span>'
             '<span class="p">(</span><span class="n">a&lt;b</span></pre>')
     assert pages_ext.unwrap_plain_tokens(page, {"n"}) == (
-        '<p><span class="n">prose</span></p><pre><span></span>x<span class="p">(</span>a&lt;b</pre>')
+        '<p><span class="n">prose</span></p>'
+        '<pre><span></span>x<span class="p">(</span>a&lt;b</pre>')
 
 
 def test_colab_copy_of_chapter_pages_only(tmp_path: Path) -> None:
@@ -317,7 +319,8 @@ def test_every_bibliography_file_is_read(tmp_path: Path) -> None:
     (tmp_path / "bib").mkdir()
     for name in ("b.bib", "a.bib", "c.bib"):
         (tmp_path / "bib" / name).write_text("")
-    assert site_ext.every_bibfile(["bib/c.bib"], tmp_path) == ["bib/c.bib", "bib/a.bib", "bib/b.bib"]
+    assert site_ext.every_bibfile(["bib/c.bib"], tmp_path) == ["bib/c.bib", "bib/a.bib",
+                                                                 "bib/b.bib"]
     read = site_ext.every_bibfile(CONFIG["bibtex_bibfiles"], ROOT)
     assert sorted(read) == sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("bib/*.bib"))
 
@@ -492,7 +495,8 @@ def visit(built_book: Path) -> dict[str, object]:
         for page in _pages(built_book):
             audits[page] = audit_mod.audit_page(
                 browser, base + page, page, axe_js=axe_js, text_pt=text_pt,
-                chapter=page.startswith("chapters/"), screenshot=shots / browser_mod.shot_name(page))
+                chapter=page.startswith("chapters/"),
+                screenshot=shots / browser_mod.shot_name(page))
             reports[page] = audits[page].report
         search = browser_mod.search_results(browser, base, SEARCH_TERM)
     return {"base": base, "pages": reports, "audits": audits, "search": search}
@@ -656,7 +660,8 @@ def test_colab_copies_link_to_pages_and_anchors_of_the_site(built_book: Path) ->
     for copy in sorted((ROOT / "colab").glob("*/*.ipynb")):
         for cell in json.loads(copy.read_text())["cells"]:
             if cell["cell_type"] == "markdown":
-                urls |= set(re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", "".join(cell["source"])))
+                text = "".join(cell["source"])
+                urls |= set(re.findall(rf"\]\(({re.escape(base)}[^)\s]*)\)", text))
     assert any("#" in u for u in urls), "the Colab copies link their citations to the site"
     assert not links.check_site_urls(built_book, base, sorted(urls))
 
