@@ -496,39 +496,50 @@ def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[st
         source = sources.get(PurePosixPath(src).name)
         return png_info(source) if source is not None else None
 
-    body = mark_plots(wrap_display_math(citations_as_list(body)), info, text_pt)
-    context["body"] = typeset_page(app, pagename, context, body)
+    context["body"] = mark_plots(wrap_display_math(citations_as_list(body)), info, text_pt)
 
 
-def typeset_page(app: Sphinx, pagename: str, context: dict[str, Any], body: str) -> str:
-    """``body`` with its formulas typeset (MathJax in Node), their stylesheet in the page's head
-    (only the characters this page draws); each formula MathJax could not typeset is a warning."""
-    config = app.config.mathjax3_config or {}
-    render = node_renderer(config.get("tex", {}).get("macros", {}),
-                           context["pathto"](MATH_FONTS, 1))
-    seen: list[tuple[list[tuple[str, bool]], list[str]]] = []
+def typeset_page(path: Path, outdir: Path, macros: dict[str, str]) -> list[str]:
+    """The written page ``path`` with every formula typeset (MathJax in Node): its body, its
+    table of contents and links alike; their stylesheet (only the characters the page draws)
+    goes in its head. Returns what MathJax could not typeset. A page typeset before (an
+    incremental build) has no formula left and is not touched."""
+    page = path.read_text(encoding="utf-8")
+    if not _FORMULA.search(page):
+        return []
+    fonts = Path(os.path.relpath(outdir / MATH_FONTS, path.parent)).as_posix()
+    render = node_renderer(macros, fonts)
+    problems: list[str] = []
 
     def checked(formulas: list[tuple[str, bool]]) -> tuple[list[str], str]:
         typeset, css = render(formulas)
-        seen.append((formulas, typeset))
+        problems.extend(math_problems(formulas, typeset))
         return typeset, css
 
-    body, css = typeset_formulas(body, checked)
-    for formulas, typeset in seen:
-        for problem in math_problems(formulas, typeset):
-            LOGGER.warning(f"course_pages: {problem}", location=pagename)
-    if css:
-        context["metatags"] = context.get("metatags", "") + f"\n<style>{css}</style>"
-    return body
+    page, css = typeset_formulas(page, checked)
+    path.write_text(page.replace("</head>", f"<style>{css}</style>\n</head>", 1),
+                    encoding="utf-8")
+    return problems
+
+
+def typeset_site(app: Sphinx, outdir: Path) -> None:
+    """Every written page typeset (``typeset_page``); each formula MathJax could not typeset is a
+    warning on its page."""
+    macros = (app.config.mathjax3_config or {}).get("tex", {}).get("macros", {})
+    for path in sorted(outdir.rglob("*.html")):
+        for problem in typeset_page(path, outdir, macros):
+            LOGGER.warning(f"course_pages: {problem}", location=path.relative_to(outdir).as_posix())
 
 
 def lighten_assets(app: Sphinx, exception: Exception | None) -> None:
     """Once the images and static files are copied (after pydata's ``pygments.css``): PNG plots
-    re-encoded with a palette when smaller, code tokens without their plain spans, the icon fonts
-    cut to the icons the pages use, and the stylesheets purged of rules no element can match."""
+    re-encoded with a palette when smaller, formulas typeset, code tokens without their plain
+    spans, the icon fonts cut to the icons the pages use, and the stylesheets purged of rules no
+    element can match."""
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir)
+    typeset_site(app, out)
     saved = sum(palette_png(p) for p in (out / "_images").glob("*.png") if png_info(p) is not None)
     LOGGER.info(f"course_pages: plots re-encoded with a palette, {saved / 1e6:.2f} MB saved")
     classes = plain_token_classes((out / "_static" / "pygments.css").read_text(encoding="utf-8"))

@@ -77,6 +77,12 @@ _INSPECT = """
       // Formulas typeset at build time: an undefined macro is red text in the assistive MathML.
       const out = Array.from(document.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]'))
           .map(e => "undefined macro: " + e.textContent.slice(0, 120));
+      // A formula Sphinx wrote (in the body, the table of contents, a link) and nobody typeset.
+      for (const e of document.querySelectorAll("span.math, div.math")) {
+        if (!e.querySelector("mjx-container")) {
+          out.push("formula left as TeX: " + e.textContent.slice(0, 120));
+        }
+      }
       if (!(window.MathJax && MathJax.startup && MathJax.startup.document)) { return out; }
       try {
         for (const item of MathJax.startup.document.math) {

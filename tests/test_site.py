@@ -150,6 +150,23 @@ def test_formulas_are_typeset_at_build_time_readable_and_no_tab_stops() -> None:
                                                        "TeX error in: \\frac{1"]
 
 
+def test_every_formula_of_a_written_page_is_typeset_once(tmp_path: Path) -> None:
+    """The table of contents' formulas too (the theme writes it from the headings); the
+    stylesheet goes in the head with fonts relative to the page; a typeset page is left alone."""
+    site = tmp_path / "html"
+    page = site / "chapters" / "x.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<html><head><title>x</title></head><body><nav><a>Why '
+                    '<span class="math notranslate nohighlight">\\(\\sqrt{d}\\)</span></a></nav>'
+                    '<p><span class="math notranslate nohighlight">\\(\\nosuch\\)</span></p>'
+                    '</body></html>')
+    assert pages_ext.typeset_page(page, site, {}) == ["undefined macro in: \\nosuch"]
+    html = page.read_text()
+    assert html.count("<mjx-container") == 2 and "\\(" not in html
+    assert '</style>\n</head>' in html and 'url("../_static/mathjax/output/chtml' in html
+    assert pages_ext.typeset_page(page, site, {}) == [] and page.read_text() == html
+
+
 def test_pages_load_no_mathjax_script() -> None:
     from sphinx.builders.html._assets import _JavaScript
 
