@@ -391,12 +391,20 @@ def test_link_checker_finds_missing_files_and_anchors(tmp_path: Path) -> None:
 MATHJAX = pages_ext.MATHJAX_FULL / "es5"
 
 
+def _copy_mathjax(site: Path) -> None:
+    """MathJax's combined browser bundle and its fonts (what the test pages load) into ``site``."""
+    (site / "mathjax").mkdir(parents=True)
+    shutil.copyfile(MATHJAX / "tex-mml-chtml.js", site / "mathjax" / "tex-mml-chtml.js")
+    fonts = PurePosixPath("output", "chtml", "fonts", "woff-v2")
+    shutil.copytree(MATHJAX / fonts, site / "mathjax" / fonts)
+
+
 @pytest.mark.slow
 def test_browser_check_reports_what_a_reader_would_hit(tmp_path: Path) -> None:
     """On a tiny site with known faults the checker reports exactly those faults."""
     assert (MATHJAX / "tex-mml-chtml.js").is_file(), "MathJax is vendored by `make setup`"
     site = tmp_path / "site"
-    shutil.copytree(MATHJAX, site / "mathjax")
+    _copy_mathjax(site)
     png = (ROOT / "_figures" / "course-map.svg").read_bytes()
     (site / "map.svg").write_bytes(png)
     head = ('<link rel="icon" href="map.svg"><script>window.MathJax = {tex: {packages: '
@@ -451,7 +459,7 @@ def test_site_audit_finds_each_defect_on_a_tiny_site(tmp_path: Path) -> None:
     """
     assert audit_mod.AXE.is_file(), "axe-core is vendored by `make setup`"
     site = tmp_path / "site"
-    shutil.copytree(MATHJAX, site / "mathjax")
+    _copy_mathjax(site)
     shutil.copytree(BUILD / "vendor" / "static" / "mathjax", site / "_static" / "mathjax")
     _plot(site / "plot.png")
     shutil.copyfile(site / "plot.png", site / "copy.png")
