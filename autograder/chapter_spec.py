@@ -1,9 +1,9 @@
 """What the grader needs to know about a chapter, read from the instructor's source notebook.
 
 The source is the single authority: its setup cell(s) (tag ``setup``), each exercise's solution
-cell (nbgrader ``solution``, ``grade_id``), test cell (nbgrader ``grade``, ``points``) and the hidden
-call ``grading.check("<chapter>.<name>", <name>)`` inside ``### BEGIN/END HIDDEN TESTS``. The
-release's non-graded cells are remembered too, so that cells a student left as released (demos)
+cell (nbgrader ``solution``, ``grade_id``), test cell (nbgrader ``grade``, ``points``) and the
+hidden call ``grading.check("<chapter>.<name>", <name>)`` inside ``### BEGIN/END HIDDEN TESTS``.
+The release's non-graded cells are remembered too, so that cells a student left as released (demos)
 are recognised and not re-executed.
 
 A question's hidden call also gives its answer, ``grading.check("<chapter>.<name>", <name>,

@@ -29,9 +29,11 @@ def _add_grade(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--roster", type=Path, help="CSV with a student_id column (and optional "
                    "name/email/aliases columns) used to map file names to students")
     p.add_argument("--out", type=Path, default=Path("grading-out"),
-                   help="output folder: grades.csv, feedback/, gradebook.db, plots (default: ./grading-out)")
+                   help="output folder: grades.csv, feedback/, gradebook.db, plots "
+                   "(default: ./grading-out)")
     p.add_argument("--engine", choices=["hardened", "nbgrader"], default="hardened")
-    p.add_argument("--workers", type=int, default=0, help="parallel submissions (default: one per core)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="parallel submissions (default: one per core)")
     p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell (hardened)")
     p.add_argument("--notebook-timeout", type=float, default=300.0,
                    help="seconds per submission (hardened)")
@@ -44,7 +46,8 @@ def _add_grade(sub: argparse._SubParsersAction) -> None:
 def _add_platforms(sub: argparse._SubParsersAction) -> None:
     """The ``gradescope`` and ``prairielearn`` commands' options."""
     for name, what in (("gradescope", "DIR/<chapter>-gradescope.zip: a Gradescope autograder"),
-                       ("prairielearn", "DIR/<chapter>/: a PrairieLearn externally graded question")):
+                       ("prairielearn",
+                        "DIR/<chapter>/: a PrairieLearn externally graded question")):
         p = sub.add_parser(name, help=what)
         p.add_argument("chapter", help="01-seq2seq, 01 or seq2seq")
         p.add_argument("--out", type=Path, default=Path("platform-out"), help="output folder")
@@ -55,7 +58,8 @@ def _add_platforms(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--memory-mb", type=int, default=3072)
         if name == "prairielearn":
             p.add_argument("--image", help="grader image named in info.json")
-            p.add_argument("--timeout", type=int, default=600, help="PrairieLearn's grading timeout")
+            p.add_argument("--timeout", type=int, default=600,
+                           help="PrairieLearn's grading timeout")
         _add_root(p)
 
 
@@ -84,7 +88,9 @@ def build_platform(args: argparse.Namespace) -> int:
         if args.command == "gradescope":
             print(f"wrote {gradescope.build(chapter, args.out, args.allow_dirty, settings)}")
         else:
-            print(f"wrote {prairielearn.build(chapter, args.out, args.allow_dirty, args.image, args.timeout, settings)}")
+            built = prairielearn.build(chapter, args.out, args.allow_dirty, args.image,
+                                       args.timeout, settings)
+            print(f"wrote {built}")
     except BundleError as err:
         print(err, file=sys.stderr)
         return 2

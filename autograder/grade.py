@@ -3,7 +3,8 @@
 The stages, each its own module, pass typed results (:mod:`autograder.results`):
 
 1. **ingest** (:mod:`autograder.ingest`): the zip extracted, the roster read, every file found
-   and mapped to one student, each read and validated into a :class:`~autograder.results.Submission`;
+   and mapped to one student, each read and validated into a
+   :class:`~autograder.results.Submission`;
 2. the **cache**: a file whose bytes, the chapter's source, the engine and the grader version
    are unchanged keeps its :class:`~autograder.results.GradeResult` (re-running gives the same
    grades, a late file grades only itself);
@@ -47,6 +48,7 @@ from autograder.run.batch import run_hardened
 from autograder.run.engine_nbgrader import grade_with_nbgrader
 from autograder.run.sandbox import Limits
 from coursebook.chapters import Chapter, UnknownChapter, find_chapter
+
 
 def _points(spec: ChapterSpec) -> dict[str, float]:
     """``exercise id -> points it is worth``, in the chapter's order."""

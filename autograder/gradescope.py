@@ -55,7 +55,8 @@ mkdir -p "$ROOT/results"
 PYTHONPATH="$ROOT/source/course" "$VENV/bin/python" -s -m autograder.gradescope run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
-  printf '{"score": 0, "output": "The autograder could not run (exit status %s): please tell your instructor.", "tests": []}\n' "$status" > "$ROOT/results/results.json"
+  msg="The autograder could not run (exit status $status): please tell your instructor."
+  printf '{"score": 0, "output": "%s", "tests": []}\n' "$msg" > "$ROOT/results/results.json"
 fi
 exit 0
 """
@@ -102,7 +103,8 @@ RESULTS_SCHEMA: dict[str, Any] = {
 }
 
 
-def build(chapter: Chapter, out: Path, allow_dirty: bool = False, settings: dict | None = None) -> Path:
+def build(chapter: Chapter, out: Path, allow_dirty: bool = False,
+          settings: dict | None = None) -> Path:
     """Write ``out/<chapter>-gradescope.zip``; return its path."""
     from autograder.platform_common import write_bundle  # see run()
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import copy
 import threading
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from course_lib import grading
 

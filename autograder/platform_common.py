@@ -116,7 +116,9 @@ ok() {{ "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; 
 PY="${{COURSE_PYTHON:-}}"
 if [ -z "$PY" ]; then
   for c in python3.13 python3.12 python3.11 python3; do
-    if command -v "$c" >/dev/null && ok "$(command -v "$c")"; then PY="$(command -v "$c")"; break; fi
+    if command -v "$c" >/dev/null && ok "$(command -v "$c")"; then
+      PY="$(command -v "$c")"; break
+    fi
   done
 fi
 if [ -z "$PY" ] && command -v apt-get >/dev/null; then
@@ -124,7 +126,9 @@ if [ -z "$PY" ] && command -v apt-get >/dev/null; then
     python3.11 python3.11-venv bubblewrap util-linux
   PY="$(command -v python3.11)"
 fi
-ok "$PY" || {{ echo "setup.sh: Python 3.11 or newer is needed (found: ${{PY:-none}})" >&2; exit 1; }}
+ok "$PY" || {{
+  echo "setup.sh: Python 3.11 or newer is needed (found: ${{PY:-none}})" >&2; exit 1
+}}
 if command -v apt-get >/dev/null && ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap || true
 fi
@@ -138,7 +142,8 @@ fi
 "$VENV/bin/python" -m pip install --quiet -r "$HERE/requirements-grading.txt" \
   -c "$HERE/constraints.txt"
 # the bundle's course_lib is never installed: only the trusted grader has it on its path
-PYTHONPATH="$HERE/course" "$VENV/bin/python" -c "import course_lib, autograder, torch, nbformat, IPython; print('grading environment ready:', torch.__version__)"
+PYTHONPATH="$HERE/course" "$VENV/bin/python" -c "import course_lib, autograder, torch, nbformat, \
+IPython; print('grading environment ready:', torch.__version__)"
 """
 
 
@@ -257,10 +262,13 @@ class HostSandbox(Sandbox):
             "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.home),
             "TMPDIR": str(self.home), "PYTHONPATH": str(self.course_dir),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-            "COURSE_GRADING_MODE": "record", "COURSE_GRADING_RECORD_DIR": str(self.home / "records"),
-            "COURSE_LIB_QUICK": "1", "COURSE_GRADING_INPUT_DIR": str(self.course_dir / INPUTS_FOLDER),
+            "COURSE_GRADING_MODE": "record",
+            "COURSE_GRADING_RECORD_DIR": str(self.home / "records"),
+            "COURSE_LIB_QUICK": "1",
+            "COURSE_GRADING_INPUT_DIR": str(self.course_dir / INPUTS_FOLDER),
             "COURSE_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(self.home / ".mpl"),
+            "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": str(self.home / ".mpl"),
             "CUDA_VISIBLE_DEVICES": "", "LANG": "C.UTF-8",
         }
         def command(cmd_r: int, rep_w: int) -> list[str]:

@@ -48,7 +48,9 @@ mkdir -p "$ROOT/results"
 PYTHONPATH="$ROOT/tests/course" "$VENV/bin/python" -s -m autograder.prairielearn run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
-  printf '{"gradable": false, "score": 0, "format_errors": ["The grader could not run (exit status %s): please tell your instructor."]}\n' "$status" > "$ROOT/results/results.json"
+  msg="The grader could not run (exit status $status): please tell your instructor."
+  printf '{"gradable": false, "score": 0, "format_errors": ["%s"]}\n' "$msg" \
+    > "$ROOT/results/results.json"
 fi
 exit 0
 """

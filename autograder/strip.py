@@ -21,8 +21,9 @@ from __future__ import annotations
 import ast
 import inspect
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import course_lib
 from course_lib import grading

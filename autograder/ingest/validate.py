@@ -118,7 +118,8 @@ def _describe_validation_error(err: Exception, nb: dict) -> str:
     return f"the notebook is not valid nbformat ({where}: {message})"
 
 
-def load_notebook(path: Path, max_bytes: int = MAX_FILE_BYTES) -> tuple[nbformat.NotebookNode, list[str], str]:
+def load_notebook(path: Path, max_bytes: int = MAX_FILE_BYTES
+                  ) -> tuple[nbformat.NotebookNode, list[str], str]:
     """Read, bound, validate and normalise a submitted notebook.
 
     Steps: a regular file only (:func:`read_regular_file`), UTF-8, JSON at most

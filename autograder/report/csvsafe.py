@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import csv
 import re
-from typing import IO, Any, Iterable
+from collections.abc import Iterable
+from typing import IO, Any
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")

@@ -40,9 +40,10 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 from copydetect.detector import CodeFingerprint, compare_files
@@ -211,7 +212,8 @@ def reference_code(spec: ChapterSpec) -> dict[str, tuple[str, str]]:
             except (OSError, TypeError):
                 continue
             module = getattr(target, "__module__", "") or ""
-            names.append(f"{module.removeprefix('course_lib.')}.{getattr(target, '__qualname__', '?')}")
+            qualname = getattr(target, "__qualname__", "?")
+            names.append(f"{module.removeprefix('course_lib.')}.{qualname}")
         if parts:
             out[ex.exercise_id] = ("course_lib: " + ", ".join(names), "\n\n".join(parts))
     return out

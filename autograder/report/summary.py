@@ -64,7 +64,8 @@ def _totals(chapter: ChapterSpec, results: list[GradeResult]) -> dict[str, float
     if not totals:
         return None
     return {"mean": statistics.mean(totals), "median": statistics.median(totals),
-            "full": sum(t == chapter.max_total for t in totals), "zero": sum(t == 0 for t in totals)}
+            "full": sum(t == chapter.max_total for t in totals),
+            "zero": sum(t == 0 for t in totals)}
 
 
 def _pass_rates(chapter: ChapterSpec,

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autograder.chapter_spec import ChapterSpec
 from autograder.report.feedback import render_feedback
@@ -90,7 +91,8 @@ def _similarity(out: Path, batch: Batch) -> int:
     return len(report.flags)
 
 
-def write_outputs(out: Path, batch: Batch, wall: Callable[[], float]) -> tuple[list[str], int | None]:
+def write_outputs(out: Path, batch: Batch,
+                  wall: Callable[[], float]) -> tuple[list[str], int | None]:
     """Write every output of the run under ``out``, each on its own.
 
     Args:

@@ -50,7 +50,8 @@ def _full_course_lib_with_extras() -> str | None:
     return str(dest)
 
 
-def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec, todo: list[tuple[GradeResult, NotebookNode]],
+def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec,
+                        todo: list[tuple[GradeResult, NotebookNode]],
                         out: Path, progress: bool = True) -> list[GradeResult]:
     """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader."""
     setup_alembic()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from autograder.chapter_spec import ChapterSpec
 from autograder.judge import Judge
@@ -32,7 +32,9 @@ def _text(value: object, cap: int) -> str:
     """A reply's text field as a string of at most ``cap`` characters (anything else: empty)."""
     if not isinstance(value, str):
         return ""
-    return value if len(value) <= cap else value[:cap] + f"\n[... {len(value) - cap} characters cut]"
+    if len(value) <= cap:
+        return value
+    return value[:cap] + f"\n[... {len(value) - cap} characters cut]"
 
 
 def clean_reply(reply: dict, n_cases: int = 0) -> dict:

@@ -42,9 +42,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autograder.run import cgroups
 
@@ -173,7 +174,8 @@ def _mount_parents(dest: str, made: set[str]) -> list[str]:
     return args
 
 
-def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int, rep_fd: int) -> list[str]:
+def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int,
+                  rep_fd: int) -> list[str]:
     """The bubblewrap command line of a sandbox (see the module docstring)."""
     bwrap = bwrap_path()
     if bwrap is None:

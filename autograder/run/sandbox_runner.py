@@ -83,7 +83,10 @@ def main():
         os.set_inheritable(fd, False)  # student subprocesses do not get the grader's channel
     cmd = os.fdopen(int(sys.argv[1]), "rb")
     rep = os.fdopen(int(sys.argv[2]), "wb", buffering=0)
-    send = lambda obj: rep.write((json.dumps(obj) + "\n").encode())
+
+    def send(obj):
+        return rep.write((json.dumps(obj) + "\n").encode())
+
     _exec, _compile = exec, compile
     record_dir = os.environ.get("COURSE_GRADING_RECORD_DIR", "/tmp/records")
 
