@@ -9,7 +9,8 @@ outputs are computed on the trusted side (``Exercise.postprocess``).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -113,7 +114,8 @@ def pick(seed: int, low: int, high: int) -> int:
 
 
 def lengths_mask(lengths: list[int], width: int) -> torch.Tensor:
-    """``(B, width)`` bool, True at the first ``lengths[b]`` positions of row ``b`` (the real tokens).
+    """``(B, width)`` bool, True at the first ``lengths[b]`` positions of row ``b`` (the real
+    tokens).
 
     Example:
         >>> lengths_mask([3, 1], 4).int().tolist()

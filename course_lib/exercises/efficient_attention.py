@@ -19,8 +19,9 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,6 @@ import torch.nn.functional as F
 from course_lib import attention, entmax, linear_attention, sparse_attention, tiled_attention
 from course_lib.exercises._common import Inputs, f32, f64, gen, randn
 from course_lib.grading import Case, Exercise, Slip
-
 
 # 1. sliding_window_mask ------------------------------------------------------------------------
 

@@ -22,16 +22,16 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from course_lib import arithmetic, distill, dpo, finetune, lora
 from course_lib.exercises._calls import extract_all
-from course_lib.exercises._common import f32, f64, gen, lengths_mask, pick, randn
+from course_lib.exercises._common import f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
-
 
 # 1. lora_forward --------------------------------------------------------------------------------
 

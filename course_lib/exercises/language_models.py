@@ -295,7 +295,8 @@ def _bpb_cases() -> list[Case]:
 
 def _bpb_nats(logits: torch.Tensor, targets: torch.Tensor,
               token_bytes: torch.Tensor) -> torch.Tensor:
-    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                             reduction="sum")
     return nats / token_bytes[targets].sum().to(logits.dtype)
 
 

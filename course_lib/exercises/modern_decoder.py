@@ -14,7 +14,8 @@ each with the message its author reads.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,6 @@ import torch.nn.functional as F
 from course_lib import llama, moe, positional, rope, speculative
 from course_lib.exercises._common import Inputs, f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
-
 
 # 1. apply_rotary: the paper's (interleaved) rotation of q or k --------------------------------
 
@@ -74,7 +74,8 @@ def _rotary_slip(kind: str) -> Callable[..., torch.Tensor]:
 
 _ROTARY_SLIPS = (
     Slip("the statement pairs neighbouring features (2i, 2i+1), as the paper does; you paired "
-         "feature i with feature i + d/2 (Hugging Face's rotate_half layout)", _rotary_slip("half")),
+         "feature i with feature i + d/2 (Hugging Face's rotate_half layout)",
+         _rotary_slip("half")),
     Slip("the frequency of pair i is theta^(-2i/d): check where i and the factor 2 go in the "
          "exponent", _rotary_slip("theta")),
     Slip("the rotation turns the wrong way: (a, b) -> (a cos - b sin, a sin + b cos)",
@@ -190,7 +191,8 @@ _GQA_SLIPS = (
 
 def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int,
                    batch_size: int, bytes_per_value: int, window: int | None = None) -> int:
-    """Reference: the bytes of the keys and values kept (:func:`course_lib.llama.kv_cache_bytes`)."""
+    """Reference: the bytes of the keys and values kept
+    (:func:`course_lib.llama.kv_cache_bytes`)."""
     cached = seq_len if window is None else min(seq_len, window)
     return 2 * n_layers * n_kv_heads * head_dim * cached * batch_size * bytes_per_value
 

@@ -13,7 +13,8 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -21,7 +22,6 @@ from course_lib import reasoning, rl
 from course_lib.exercises._calls import each_call
 from course_lib.exercises._common import f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
-
 
 # 1. majority_vote -------------------------------------------------------------------------------
 

@@ -11,14 +11,23 @@ one. Cases are seeded and built on the CPU with torch and ``_common`` only.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from course_lib import attention, multihead, positional
-from course_lib.exercises._common import (Inputs, f32, f64, gen, lengths_mask, lower_triangle,
-                                          pick, randn)
+from course_lib.exercises._common import (
+    Inputs,
+    f32,
+    f64,
+    gen,
+    lengths_mask,
+    lower_triangle,
+    pick,
+    randn,
+)
 from course_lib.grading import Case, Exercise, Question, Slip
 
 #: What an attention slip returns: (output, weights).
@@ -181,7 +190,8 @@ def _step_cases() -> list[Case]:
              lambda: step(100, 2, 5, 8, 4, 3, f32)),
         Case("float64, batch size 1, empty cache (the first token)",
              lambda: step(110, 1, 0, 6, 4, 5, f64)),
-        Case("float32, square weights (d_k = d_v = d_model)", lambda: step(120, 3, 3, 6, 6, 6, f32)),
+        Case("float32, square weights (d_k = d_v = d_model)",
+             lambda: step(120, 3, 3, 6, 6, 6, f32)),
         Case("float64, one cached token, d_v > d_model", lambda: step(130, 2, 1, 4, 2, 7, f64)),
         Case("float32, long cache, large scores", lambda: step(140, 2, 20, 16, 8, 8, f32, 3.0)),
         Case("float64, batch size 1, square weights", lambda: step(150, 1, 4, 5, 5, 5, f64)),

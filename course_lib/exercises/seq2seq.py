@@ -27,7 +27,8 @@ explain why a wrong letter is wrong without naming the right one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,6 @@ from torch import nn
 from course_lib import alignment, attention, decoding, seq2seq
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
 from course_lib.grading import Case, Exercise, Question, Slip
-
 
 # 1. state_collision (a question) -------------------------------------------------------------
 _STATE_COLLISION = Question(
@@ -291,7 +291,8 @@ def _softmax_cases() -> list[Case]:
         return {"scores": randn(7, 2, 5, 5, dtype=f64), "mask": lower_triangle(5)}
 
     def large() -> dict[str, Any]:
-        return {"scores": randn(6, 2, 3, 4, scale=200.0), "mask": lengths_mask([4, 3], 4)[:, None, :]}
+        return {"scores": randn(6, 2, 3, 4, scale=200.0),
+                "mask": lengths_mask([4, 3], 4)[:, None, :]}
 
     return [Case("float32, padded keys", padded), Case("float64, batch size 1", batch_one),
             Case("float64, a fully masked row", fully_masked),

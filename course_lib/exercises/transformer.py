@@ -19,15 +19,15 @@ fraction and the 80/10/10 split within five standard errors), which the referenc
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from course_lib import attention, lm, multihead, transformer
 from course_lib.exercises._calls import mask_tokens_draws
-from course_lib.exercises._common import (f32, f64, gen, lengths_mask, lower_triangle, pick,
-                                          randn)
+from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
 
 Inputs = Callable[[], dict[str, Any]]
