@@ -1,7 +1,7 @@
 """Count the chapter-notebook executions a pytest run starts, by kind, and print the table.
 
 Usage:  .venv/bin/python bench/count_executions.py [PYTEST ARGS ...]
-e.g.    .venv/bin/python bench/count_executions.py -n 2 --dist loadgroup      (what `make test` runs)
+e.g.    .venv/bin/python bench/count_executions.py -n 2 --dist loadgroup   (what `make test` runs)
         .venv/bin/python bench/count_executions.py tests/test_notebooks.py -k "05 or 07"
 
 It runs pytest with this file as a plugin (``-p bench.count_executions``, in every xdist worker
@@ -51,7 +51,8 @@ def _count_subprocess(argv: Any) -> None:
         else:
             COUNTS["partial: hardened grader"] += students
     elif any(a.endswith("jupyter-book") for a in args) and "build" in args:
-        COUNTS["full: book build (before jupyter-cache)"] += len(list(ROOT.glob("chapters/*/*.ipynb")))
+        chapters = list(ROOT.glob("chapters/*/*.ipynb"))
+        COUNTS["full: book build (before jupyter-cache)"] += len(chapters)
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:

@@ -50,7 +50,8 @@ def pick_chapter(tmp: Path) -> tuple[Chapter, dict[str, str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stock-sample", type=int, default=20,
                     help="grade only N of the 20 with stock nbgrader and extrapolate")
     ap.add_argument("--n", type=int, default=20)
@@ -93,7 +94,7 @@ def main() -> int:
     (course / "source" / chapter.slug).mkdir(parents=True)
     shutil.copyfile(chapter.source, course / "source" / chapter.slug / f"{chapter.stem}.ipynb")
     (course / "nbgrader_config.py").write_text(
-        "c = get_config()\nc.CourseDirectory.root = %r\nc.Execute.timeout = 600\n" % str(course))
+        f"c = get_config()\nc.CourseDirectory.root = {str(course)!r}\nc.Execute.timeout = 600\n")
     stock_env = {k: v for k, v in env.items() if k != "COURSE_LIB_QUICK"}
     stock_env["PATH"] = bindir + os.pathsep + stock_env.get("PATH", "")
     if env.get("AUTOGRADER_EXTRA_EXERCISES"):

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from autograder.chapter_spec import load_chapter_spec
-from coursebook.chapters import REPO
-from tests.adversarial.chapters import FIXTURE
+from autograder.ingest import InvalidSubmission, discover, load_notebook, read_roster
 from autograder.rebuild import helper_statements, plan_submission
 from autograder.strip import strip_source
-from autograder.ingest import InvalidSubmission, discover, load_notebook, read_roster
+from coursebook.chapters import REPO
+from tests.adversarial.chapters import FIXTURE
 
 FIXTURES = REPO / "tests" / "fixtures"
 
@@ -26,7 +26,8 @@ def spec():
 
 
 def test_spec_reads_exercises_points_and_hidden_calls(spec) -> None:
-    assert [e.exercise_id for e in spec.exercises] == ["fixture.masked_softmax", "fixture.attention"]
+    assert [e.exercise_id for e in spec.exercises] == ["fixture.masked_softmax",
+                                                       "fixture.attention"]
     assert [e.points for e in spec.exercises] == [2.0, 3.0]
     assert spec.max_total == 5.0
     assert "grading.check" in spec.exercises[0].hidden_test
@@ -51,7 +52,9 @@ def test_mapping_folders_flat_names_roster_and_duplicates(tmp_path: Path) -> Non
     assert files["seq2seq (1).ipynb"].student is None and files["seq2seq (1).ipynb"].problem
     assert files["Copy of seq2seq.ipynb"].student is None
     roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name,email\ns001,Bob Stone,bob@uni.edu\ns002,Ann Lee,ann@uni.edu\n")
+    roster.write_text("student_id,name,email\n"
+                      "s001,Bob Stone,bob@uni.edu\n"
+                      "s002,Ann Lee,ann@uni.edu\n")
     r = read_roster(roster)
     files = {f.rel: f for f in discover(tmp_path, "seq2seq", r)}
     assert files["bob_123_seq2seq.ipynb"].student == "s001"
@@ -105,7 +108,8 @@ def test_plan_matches_by_def_line_when_metadata_is_gone(spec) -> None:
 
 def test_strip_removes_bodies_keeps_docstrings_and_other_functions() -> None:
     src = ('def ref(x):\n    """Doc."""\n    return x + 1\n\n'
-           'def other(x):\n    return ref(x)\n\nclass M:\n    def forward(self, x):\n        return x\n')
+           'def other(x):\n    return ref(x)\n\n'
+           'class M:\n    def forward(self, x):\n        return x\n')
     out, done = strip_source(src, {"ref", "M"})
     ns: dict = {}
     exec(out, ns)
@@ -163,7 +167,8 @@ def test_committed_colab_fixtures_match_their_generator() -> None:
         assert nb["nbformat_minor"] == 0 and nb["metadata"]["accelerator"] == "GPU"
         assert "colab" in nb["metadata"]
         assert all("id" not in c and "nbgrader" not in c["metadata"] for c in nb["cells"])
-        assert colab_transform(json.dumps(nb).encode(), "fixture.ipynb") == (colab / name).read_bytes()
+        transformed = colab_transform(json.dumps(nb).encode(), "fixture.ipynb")
+        assert transformed == (colab / name).read_bytes()
 
 
 def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
@@ -192,8 +197,11 @@ def test_judge_computes_a_reference_without_deadlock_from_several_threads() -> N
 
     judge = Judge()
     got: list[object] = []
-    threads = [threading.Thread(target=lambda: got.append(judge.expected("seq2seq.masked_softmax", 0)),
-                                daemon=True) for _ in range(3)]
+
+    def expect() -> None:
+        got.append(judge.expected("seq2seq.masked_softmax", 0))
+
+    threads = [threading.Thread(target=expect, daemon=True) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -387,8 +395,9 @@ def test_summary_lists_common_failures_and_every_ungraded_file(tmp_path: Path, s
             "fixture.attention": ExerciseOutcome("fixture.attention", 3.0, 3.0, other)}
         return r
 
-    results = [result("a", "graded", ["case 1 (float32): output: largest error 0.5 at index (0, 1)",
-                                      "case 2 (float64): output: largest error 0.25 at index (1, 1)"]),
+    results = [result("a", "graded",
+                      ["case 1 (float32): output: largest error 0.5 at index (0, 1)",
+                       "case 2 (float64): output: largest error 0.25 at index (1, 1)"]),
                result("b", "graded", ["case 3 (x): output: largest error 7 at index (2, 0)"]),
                result("c", "graded", ["rows do not sum to one\n    (output: largest error 1)"]),
                result("d", "could not grade", ["the file is empty"])]

@@ -44,8 +44,8 @@ import nbformat
 import pytest
 
 from autograder.chapter_spec import load_chapter_spec
-from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
 from course_lib import grading
+from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
 from tests.adversarial import memorised
 from tests.adversarial.chapters import released_copy
 from tests.adversarial.generate import _solution_text

@@ -1,4 +1,5 @@
-"""End to end: an LMS zip with a roster, on the fixture chapter, through `python -m autograder grade`."""
+"""End to end: an LMS zip with a roster, on the fixture chapter, through
+`python -m autograder grade`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_lms_zip_with_roster_maps_grades_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", "00", str(z), "--roster", str(roster),
-         "--out", str(out), "--root", str(chapter.root)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+         "--out", str(out), "--root", str(chapter.root)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(out / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))

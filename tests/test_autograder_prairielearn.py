@@ -17,8 +17,14 @@ import jsonschema
 import pytest
 
 from coursebook.chapters import find_chapter
-from tests.test_autograder_gradescope import (CHAPTER, SUBMISSIONS, fresh_root_command,
-                                              hardened_grades, needs_bwrap, submissions)
+from tests.test_autograder_gradescope import (
+    CHAPTER,
+    SUBMISSIONS,
+    fresh_root_command,
+    hardened_grades,
+    needs_bwrap,
+    submissions,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +73,8 @@ def test_the_question_directory(question: Path) -> None:
     assert '<pl-file-upload file-names="seq2seq.ipynb">' in html
     assert "<pl-external-grader-results>" in html
     assert (question / "clientFilesQuestion" / "seq2seq.ipynb").exists()
-    for path in ("course/course_lib/grading/__init__.py", "course/solutions/01-seq2seq/seq2seq.ipynb",
-                 "bundle.json", "setup.sh"):
+    for path in ("course/course_lib/grading/__init__.py",
+                 "course/solutions/01-seq2seq/seq2seq.ipynb", "bundle.json", "setup.sh"):
         assert (question / "tests" / path).exists(), path
     dockerfile = (question.parent / f"{CHAPTER}-grader-image" / "Dockerfile").read_text()
     assert "setup.sh" in dockerfile and "example/grader:1" in dockerfile

@@ -11,16 +11,15 @@ import errno
 import json
 import os
 import stat
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from autograder.run import cgroups
-from coursebook.chapters import REPO
 from autograder.run.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
 from autograder.strip import build_sandbox_course_lib
+from coursebook.chapters import REPO
 
 slow = pytest.mark.slow  # starts sandboxed Python processes
 
@@ -74,7 +73,8 @@ def slot():
 
 
 @slow
-def test_sandbox_isolates_files_network_processes_and_references(course_dir: Path, slot: int) -> None:
+def test_sandbox_isolates_files_network_processes_and_references(course_dir: Path,
+                                                                  slot: int) -> None:
     box = Sandbox(course_dir, slot=slot, limits=Limits(cell_timeout=30))
     box.start()
     try:

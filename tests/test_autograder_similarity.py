@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.report import similarity
 from autograder.chapter_spec import load_chapter_spec
+from autograder.report import similarity
 from coursebook.chapters import Chapter, all_chapters
 from tests.adversarial.generate import _solution_text, renamed_copy
 
@@ -210,7 +210,8 @@ def test_reference_code_is_course_libs_source(chapter1) -> None:
 def test_report_shows_both_codes_side_by_side_escaped(chapter1, tmp_path: Path) -> None:
     spec = chapter1["spec"]
     hostile = DIFFERENT_BEAM_SEARCH.replace("steps = 0", "steps = 0  # </pre><script>x()</script>")
-    copier = renamed_copy(DIFFERENT_BEAM_SEARCH) + "\n\ndef longest(seqs):\n    return max(seqs, key=len)\n"
+    copier = (renamed_copy(DIFFERENT_BEAM_SEARCH)
+              + "\n\ndef longest(seqs):\n    return max(seqs, key=len)\n")
     students = {"a<b>": hostile, "copier": copier,
                 "other": chapter1["solutions"]["beam_search"]}
     report = similarity.analyse(spec, {sid: {EXERCISE: code} for sid, code in students.items()})

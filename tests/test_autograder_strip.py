@@ -27,10 +27,10 @@ import pytest
 import torch
 
 from autograder.run import sandbox_runner
-from tests.adversarial import memorised
 from autograder.run.hardened import clean_reply
 from autograder.strip import SANDBOX_EXERCISE_FILES, answers_to_strip, build_sandbox_course_lib
 from course_lib import grading
+from tests.adversarial import memorised
 
 CHAPTERS = grading.exercise_chapters()
 

@@ -37,8 +37,14 @@ from typing import Any, NamedTuple
 import pytest
 
 from tests.adversarial.generate import solved_release
-from tests.conftest import (ROOT, cell_errors, chapter_slugs, nbgrader_meta, release_notebook,
-                            source_notebook)
+from tests.conftest import (
+    ROOT,
+    cell_errors,
+    chapter_slugs,
+    nbgrader_meta,
+    release_notebook,
+    source_notebook,
+)
 
 SLUGS = chapter_slugs()
 #: Colab's runtime: the interpreter's minor version and the packages the chapters rely on.
@@ -79,7 +85,8 @@ def find_python(version: str = COLAB_PYTHON) -> Path | None:
     for python in candidates:
         probe = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:2])"],
                                capture_output=True, text=True)
-        if probe.returncode == 0 and probe.stdout.strip() == str(tuple(map(int, version.split(".")))):
+        wanted = str(tuple(map(int, version.split("."))))
+        if probe.returncode == 0 and probe.stdout.strip() == wanted:
             return python
     return None
 
@@ -255,7 +262,8 @@ def test_setup_cell_installs_course_lib_and_reports_colabs_torch(ran: dict[str, 
 
 
 def test_course_lib_takes_colabs_packages_as_they_are(ran: dict[str, Any]) -> None:
-    """pip installed course_lib without replacing any of Colab's packages (its ranges admit them)."""
+    """pip installed course_lib without replacing any of Colab's packages (its ranges admit
+    them)."""
     assert "course-lib" in ran["installed"], ran["installed"]
     replaced = ran["installed"] & {p.split("==")[0] for p in COLAB_PINS}
     assert not replaced, f"{ran['slug']}: course_lib's ranges made pip replace {sorted(replaced)}"

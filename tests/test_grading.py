@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -258,7 +259,8 @@ def test_allocation_meter_grades_the_memory_of_an_algorithm(toy_chapter) -> None
     message = grading.judge(ex, case, got, error, hit, largest=largest)
     assert message and f"at most {x.numel():,}" in message
     got, error, hit, largest = grading.run_student(ex, lambda x: 2 * x, case, {})
-    assert largest == x.numel() and grading.judge(ex, case, got, error, hit, largest=largest) is None
+    assert largest == x.numel()
+    assert grading.judge(ex, case, got, error, hit, largest=largest) is None
 
 
 def test_unknown_exercises_are_named(toy_chapter) -> None:

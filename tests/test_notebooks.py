@@ -26,8 +26,15 @@ import pytest
 import yaml
 
 from course_lib import grading
-from tests.conftest import (ROOT, chapter_slugs, exercise_chapter, load, nbgrader_meta,
-                            release_notebook, source_notebook)
+from tests.conftest import (
+    ROOT,
+    chapter_slugs,
+    exercise_chapter,
+    load,
+    nbgrader_meta,
+    release_notebook,
+    source_notebook,
+)
 
 SLUGS = chapter_slugs()
 
@@ -85,7 +92,8 @@ def test_source_notebook_follows_the_chapter_template(slug: str) -> None:
         total += meta["points"]
     assert re.search(rf"\b{total} points\b", "".join(cells[0]["source"])), \
         f"the title cell states the total, {total} points"
-    assert sorted(registry) == sorted(f"{chapter}.{nbgrader_meta(s)['grade_id']}" for s in solutions)
+    assert sorted(registry) == sorted(f"{chapter}.{nbgrader_meta(s)['grade_id']}"
+                                      for s in solutions)
 
 
 # The release and its Colab copy are checked against the source, every chapter in one call, by

@@ -8,8 +8,12 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from course_lib.plotting import (plot_accuracy_vs_length, plot_attention, plot_kernel_regression,
-                                 plot_loss_curves)
+from course_lib.plotting import (
+    plot_accuracy_vs_length,
+    plot_attention,
+    plot_kernel_regression,
+    plot_loss_curves,
+)
 from course_lib.training import History
 
 
@@ -97,7 +101,8 @@ def test_plots_tell_series_apart_by_style() -> None:
     assert [line.get_color() for line in lines] == list(PALETTE[:4])
     assert len({(line.get_linestyle(), line.get_marker()) for line in lines}) == 4
     runs = {name: History(steps=list(range(50)), train_loss=[1.0] * 50) for name in "ab"}
-    curves = [line for line in plot_loss_curves(runs).axes[0].get_lines() if line.get_label() in "ab"]
+    curves = [line for line in plot_loss_curves(runs).axes[0].get_lines()
+              if line.get_label() in "ab"]
     assert {line.get_linestyle() for line in curves} == {"-", "--"}
 
 

@@ -45,7 +45,8 @@ def renamed_copy(source: str) -> str:
     stay, since the grader calls the function by name with keyword arguments.
 
     Example:
-        >>> print(renamed_copy('def f(x):\\n    "Doc."\\n    total = x + 1  # one more\\n    return total'))
+        >>> print(renamed_copy(
+        ...     'def f(x):\\n    "Doc."\\n    total = x + 1  # one more\\n    return total'))
         def f(x):
             v0_total = x + 1
             return v0_total
@@ -119,7 +120,7 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
     source = nbformat.read(chapter.source, as_version=4)
     src_by_gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
     exs = spec.exercises
-    a, rest = exs[0], exs[1:]
+    a = exs[0]
     full = {e.exercise_id: e.points for e in exs}
     zero = {e.exercise_id: 0.0 for e in exs}
     a_zero = {**full, a.exercise_id: 0.0}
@@ -146,15 +147,18 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
         return nb
 
     subs: list[Submission] = []
-    add = lambda name, nb, exp, why, fname=None, **kw: subs.append(Submission(
-        name, fname or f"{chapter.stem}.ipynb", nb if isinstance(nb, bytes) else _dump(nb),
-        exp, why, **kw))
+
+    def add(name, nb, exp, why, fname=None, **kw):
+        subs.append(Submission(
+            name, fname or f"{chapter.stem}.ipynb", nb if isinstance(nb, bytes) else _dump(nb),
+            exp, why, **kw))
 
     add("solution", solved(), full, "the instructor's solutions earn full marks")
     add("blank", release, zero, "the blank release earns nothing")
     add("partial", solved({a.solution_grade_id}), {**zero, a.exercise_id: a.points},
         "only the first exercise is solved: exactly its points")
-    ref = f'from course_lib import grading\nreturn grading.get_exercise("{a.exercise_id}").reference(*args, **kwargs)'
+    ref = ('from course_lib import grading\n'
+           f'return grading.get_exercise("{a.exercise_id}").reference(*args, **kwargs)')
     add("calls-reference", replace_a(ref), a_zero,
         "calls course_lib's reference: the guard fails it")
     add("reference-guard-off", replace_a(
@@ -184,10 +188,12 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
     add("huge-output", nb, full, "100 MB of printed output is capped, the solution still counts")
     nb = solved()
     nb.cells[cell_index(nb, a.solution_grade_id)].source += "\nimport sys\nsys.exit(0)\n"
-    add("sys-exit", nb, full, "sys.exit() after the def: SystemExit is a cell error, the def stands")
+    add("sys-exit", nb, full,
+        "sys.exit() after the def: SystemExit is a cell error, the def stands")
     nb = replace_a("return None")
     nb.cells[cell_index(nb, a.test_grade_id)].source = "print('all tests passed')"
-    add("edited-tests", nb, a_zero, "a wrong solution with its test cell gutted: the source's tests run")
+    add("edited-tests", nb, a_zero,
+        "a wrong solution with its test cell gutted: the source's tests run")
     nb = solved()
     nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
     add("deleted-tests", nb, full, "test cells deleted: the source's tests run anyway")
@@ -209,13 +215,15 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
     c.pop("outputs", None)
     c.pop("execution_count", None)
     add("changed-cell-types", nb, a_zero,
-        "test cells turned to markdown (source tests run) and a's solution turned to raw (not code)")
+        "test cells turned to markdown (source tests run) and a's solution turned to raw "
+        "(not code)")
     nb = solved()
     for c in nb.cells:
         c.metadata = {}
         c.pop("id", None)
     nb.nbformat_minor = 4
-    add("stripped-metadata", nb, full, "all cell metadata and ids removed: solutions found by def line")
+    add("stripped-metadata", nb, full,
+        "all cell metadata and ids removed: solutions found by def line")
     add("colab", colab_transform(_dump(solved()), f"{chapter.stem}.ipynb"), full,
         "saved from Colab", fname=f"Copy of {chapter.stem}.ipynb")
     add("colab-blank", colab_transform(_dump(release), f"{chapter.stem}.ipynb"), zero,
@@ -241,7 +249,8 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
         "            src = ''.join(cell['source'])\n"
         f"            if 'def {a.function}(' in src and 'BEGIN SOLUTION' in src:\n"
         "                ns = {}\n"
-        "                exec('import torch, math\\nimport torch.nn.functional as F\\n' + src, ns)\n"
+        "                exec('import torch, math\\nimport torch.nn.functional as F\\n' "
+        "+ src, ns)\n"
         f"                return ns['{a.function}'](*args, **kwargs)\n"
         "return None"), a_zero,
         "looks for the source notebook, other submissions and the gradebook: none are there")
@@ -271,8 +280,9 @@ def build_suite(chapter: Chapter, spec: ChapterSpec, *, secret_paths: list[str],
                  "grading.compare_plain = lambda *a, **k: None\n")), a_zero,
         "a wrong solution that patches numpy.testing/torch.testing/compare_plain: judged outside")
     add("eq-always-true", replace_a(
-        "import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n        return True\n"
-        "return Liar()"), a_zero, "returns a tensor subclass whose __eq__ is always true")
+        "import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n"
+        "        return True\nreturn Liar()"),
+        a_zero, "returns a tensor subclass whose __eq__ is always true")
     add("input-transformer", replace_a(
         "return None",
         prelude=("def _rewrite(lines):\n"

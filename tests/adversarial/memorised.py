@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
@@ -61,7 +63,7 @@ def memorisable(ex: grading.Exercise) -> bool:
     return ex.cases is not grading.answer_case and ex.postprocess is None
 
 
-def secret(value: str) -> ContextManager[None]:
+def secret(value: str) -> AbstractContextManager[None]:
     """Hidden cases built under ``value`` inside the block (a student's guess, or a run's)."""
     return using_secret(value)
 
