@@ -75,8 +75,11 @@ $(MATHJAX2):
 book: setup
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
-# Every test: unit, notebooks, grading, the book build and the browser check.
+# Every test: ruff and mypy (as make lint), unit, notebooks, grading, the book build and the browser
+# check.
 test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 # Unit tests and course_lib's docstring examples (pyproject: --doctest-modules): everything not marked slow.

@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 from nbformat import NotebookNode

@@ -325,7 +325,8 @@ def test_colab_numbers_are_the_websites(built_book: Path, slug: str) -> None:
     chapter = _chapter(slug)
     committed = measured.load(chapter)
     cited = measured.chapter_roles(chapter)
-    assert len(site) == len(cited), "the website pastes another number of values than the prose cites"
+    assert len(site) == len(cited), \
+        "the website pastes another number of values than the prose cites"
     assert measured.missing(chapter) == [], f"run `python -m publish measure {slug}`"
     differ = [f"{name} ({spec}): website {shown}, committed "
               f"{measured.format_value(committed.values[name], spec)}"

@@ -7,18 +7,16 @@ one where tensors are involved, and the reference must pass its own hidden tests
 
 from __future__ import annotations
 
+import pkgutil
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+import course_lib.exercises
 from course_lib import grading
 from tests.conftest import chapter_slugs, exercise_chapter
-
-import pkgutil
-
-import course_lib.exercises
 
 CHAPTERS = sorted(m.name for m in pkgutil.iter_modules(course_lib.exercises.__path__)
                   if not m.name.startswith("_"))
