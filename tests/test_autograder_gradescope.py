@@ -26,6 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from autograder.run.sandbox import _mount_parents
 from coursebook.chapters import REPO, find_chapter
 
 CHAPTER = "01-seq2seq"
@@ -101,13 +102,7 @@ def fresh_root_command(mounts: dict[str, Path], venv: Path, command: list[str],
     made: set[str] = {"/tmp"}
 
     def parents(dest: str) -> list[str]:  # world-readable parents, as in a container image
-        out, parts = [], Path(dest).parts
-        for k in range(2, len(parts)):
-            parent = str(Path(*parts[:k]))
-            if parent not in made:
-                made.add(parent)
-                out += ["--perms", "0755", "--dir", parent]
-        return out
+        return _mount_parents(dest, made)
     base = os.path.realpath(sys.base_prefix)
     if not base.startswith("/usr"):
         args += parents(base) + ["--ro-bind", base, base]
