@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 import numpy as np
@@ -41,10 +41,12 @@ import torch
 from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.typing import RcKeyType
 
 from course_lib.checks import check_tensor
 from course_lib.training import History
+
+if TYPE_CHECKING:  # matplotlib.typing.RcKeyType is new in 3.11; Colab runs 3.10
+    from matplotlib.typing import RcKeyType
 
 #: Okabe-Ito colours, in the order series use them (black and yellow last: black is kept for
 #: references such as "true function", yellow is faint on white).

@@ -132,15 +132,20 @@ class _NoMetaArguments(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _leaves(value: Any, path: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
-    """The tensors and plain values inside ``value``, each with where it was found."""
+def _leaves(value: Any, path: str, seen: dict[int, Any]) -> Iterator[tuple[str, Any]]:
+    """The tensors and plain values inside ``value``, each with where it was found.
+
+    ``seen`` keeps every visited container alive: an id is unique only while its object lives,
+    and a temporary (a module's state dict) freed early would let a later one share its id and
+    be skipped.
+    """
     if id(value) in seen:
         return
     if isinstance(value, torch.Tensor) or value is None or isinstance(value, (bool, int, float,
                                                                               str, bytes)):
         yield path, value
         return
-    seen.add(id(value))
+    seen[id(value)] = value
     if isinstance(value, nn.Module):  # its parameters and every buffer (persistent or not)
         state = {**dict(value.named_parameters()), **dict(value.named_buffers())}
         yield from _leaves(state, path, seen)
@@ -159,7 +164,7 @@ def _leaves(value: Any, path: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
 
 
 def _flatten(value: Any, path: str) -> list[tuple[str, Any]]:
-    return list(_leaves(value, path, set()))
+    return list(_leaves(value, path, {}))
 
 
 def _seed(seed: int) -> None:
@@ -769,7 +774,7 @@ EXCLUDED: dict[str, str] = {
         """), _EXPERIMENT),
     **dict.fromkeys(_names("book.label book.glue"), "the book's glue of values into pages"),
     **dict.fromkeys(_names("""
-        plotting.series_style plotting.course_rc plotting.smallest_text_pt
+        plotting.series_style plotting.course_rc plotting.course_text_rc plotting.smallest_text_pt
         plotting.use_course_style plotting.plot_loss_curves plotting.plot_accuracy_vs_length
         """), "matplotlib styles, and plots of Python lists: no tensor"),
     "finetune.save_base_model": "writes a model's weights to a file, each where it is",
