@@ -124,8 +124,8 @@ QUESTIONS = {
 }
 
 #: Slips (by index in the exercise's ``slips``) that only the hidden tests catch: the visible
-#: tests are hand-checkable cases and catch every other slip before grading. Their ids are strict
-#: xfails, so an entry goes once the visible tests catch the slip.
+#: tests are hand-checkable cases and catch every other slip before grading. A test checks that
+#: each entry still passes the visible tests, so an entry goes once they catch the slip.
 SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "seq2seq.greedy_decode": {1, 2},
     "self_attention.cached_attention_step": {3},
@@ -325,11 +325,12 @@ REFERENCE_CALLS = [
 CHAPTER_PARAMS = [pytest.param(ch, id=ch.slug, marks=_mark(ch)) for ch in CHAPTERS]
 EXERCISE_PARAMS = [pytest.param(ch, ex, id=ex.id, marks=_mark(ch))
                    for ch in CHAPTERS for ex in _exercises(ch)]
-_ONLY_HIDDEN = pytest.mark.xfail(strict=True, reason="only the hidden tests catch this slip "
-                                 "(SLIPS_ONLY_HIDDEN_TESTS_CATCH)")
-SLIP_PARAMS = [pytest.param(ch, ex, k, id=f"{ex.id}-{k}", marks=[_mark(ch)] + (
-    [_ONLY_HIDDEN] if k in SLIPS_ONLY_HIDDEN_TESTS_CATCH.get(ex.id, ()) else []))
-    for ch in CHAPTERS for ex in _exercises(ch) for k in range(len(ex.slips))]
+SLIP_PARAMS = [pytest.param(ch, ex, k, id=f"{ex.id}-{k}", marks=_mark(ch))
+               for ch in CHAPTERS for ex in _exercises(ch) for k in range(len(ex.slips))
+               if k not in SLIPS_ONLY_HIDDEN_TESTS_CATCH.get(ex.id, ())]
+HIDDEN_ONLY_PARAMS = [pytest.param(ch, ex, k, id=f"{ex.id}-{k}", marks=_mark(ch))
+                      for ch in CHAPTERS for ex in _exercises(ch) for k in range(len(ex.slips))
+                      if k in SLIPS_ONLY_HIDDEN_TESTS_CATCH.get(ex.id, ())]
 
 
 def _counted(exercise_ids: list[str]) -> list[Any]:
@@ -398,6 +399,20 @@ def test_the_visible_tests_catch_each_slip(chapter: Chapter, ex: grading.Exercis
         run_visible_tests(chapter.slug, ex.name, fn)
     assert not isinstance(err.value, NotImplementedError)
     assert "visible tests passed" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("chapter, ex, k", HIDDEN_ONLY_PARAMS)
+def test_the_slips_of_the_table_pass_the_visible_tests_and_fail_the_hidden_ones(
+        chapter: Chapter, ex: grading.Exercise, k: int,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SLIPS_ONLY_HIDDEN_TESTS_CATCH is exact: those slips pass the hand-checkable visible tests
+    (an entry goes once the visible tests catch it) and the hidden cases still fail them."""
+    slip = ex.slips[k]
+    run_visible_tests(chapter.slug, ex.name, with_notebook_signature(slip.fn, chapter.slug,
+                                                                     ex.name))
+    assert "visible tests passed" in capsys.readouterr().out
+    assert [r.message for r in grading.evaluate(ex.id, slip.fn) if r.message], \
+        f"{ex.id}: slip {k} passes the hidden cases too"
 
 
 def test_the_slip_tables_name_real_slips() -> None:
