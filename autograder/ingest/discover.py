@@ -73,10 +73,11 @@ def discover(root: Path, stem: str, roster: Roster | None,
     Returns:
         Every file found, each with its student (the one graded) or its problem.
 
-    Example (``subs/`` holding ``doejane_4711_6001_seq2seq.ipynb``)::
-
-        >>> [(f.student, f.identity) for f in discover(Path("subs"), "seq2seq", None)]
-        ... # doctest: +SKIP
+    Example:
+        >>> import tempfile
+        >>> subs = Path(tempfile.mkdtemp())
+        >>> _ = (subs / "doejane_4711_6001_seq2seq.ipynb").write_text("{}")
+        >>> [(f.student, f.identity) for f in discover(subs, "seq2seq", None)]
         [('doejane', 'Canvas user 4711')]
     """
     files: list[SubmissionFile] = []

@@ -208,11 +208,13 @@ def read_roster(path: Path) -> Roster:
         RosterError: the file cannot be read, has no ``student_id`` column, or holds one
             student id on several rows (grades are keyed by it).
 
-    Example (``roster.csv`` holding ``student_id,name,canvas_id`` / ``s1,Wei Zhang,3001`` /
-    ``s2,Wei Zhang,3002``)::
-
-        >>> r = read_roster(Path("roster.csv"))          # doctest: +SKIP
-        >>> r.lms_ids["Canvas"]["3002"], r.keys[("zhangwei",)]  # doctest: +SKIP
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "roster.csv"
+        >>> _ = path.write_text("student_id,name,canvas_id\\n"
+        ...                     "s1,Wei Zhang,3001\\ns2,Wei Zhang,3002\\n")
+        >>> r = read_roster(path)
+        >>> r.lms_ids["Canvas"]["3002"], r.keys[("zhangwei",)]
         (('s2',), ('s1', 's2'))
     """
     raw = _read_rows(path)

@@ -55,9 +55,11 @@ def read_roster_rows(path: Path | None) -> dict[str, dict[str, str]]:
         autograder.ingest.roster.RosterError: as ``read_roster`` does, e.g. one student id on two
             rows (whose LMS ids would otherwise be a guess).
 
-    Example (``roster.csv`` holding ``Student_ID,Canvas_ID`` / ``s1,4711``)::
-
-        >>> read_roster_rows(Path("roster.csv"))  # doctest: +SKIP
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "roster.csv"
+        >>> _ = path.write_text("Student_ID,Canvas_ID\\ns1,4711\\n")
+        >>> read_roster_rows(path)
         {'s1': {'student_id': 's1', 'canvas_id': '4711'}}
     """
     if path is None:

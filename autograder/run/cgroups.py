@@ -37,13 +37,12 @@ read-only ``/sys/fs/cgroup`` in a container), :func:`grader_cgroups` says which 
 (:meth:`GraderCgroups.warning`: the line ``python -m autograder grade`` prints), and the
 sandboxes run with their ``RLIMIT_*`` limits only.
 
-Example (on a machine where the grader may create cgroups)::
+Use, on a machine where the grader may create cgroups (tests/test_autograder_sandbox.py runs
+it where it can)::
 
-    >>> box = sandbox_cgroup("slot0", memory_bytes=1 << 30, cpus=1.0, tasks=64)  # doctest: +SKIP
-    >>> box.settings()["memory"]  # on cgroup v2                   # doctest: +SKIP
-    {'memory.max': '1073741824', 'memory.swap.max': '0'}
-    >>> box.remove()  # after the sandbox's processes are gone        # doctest: +SKIP
-    True
+    box = sandbox_cgroup("slot0", memory_bytes=1 << 30, cpus=1.0, tasks=64)
+    box.settings()["memory"]  # on cgroup v2: {'memory.max': '1073741824', 'memory.swap.max': '0'}
+    box.remove()  # after the sandbox's processes are gone: True
 """
 
 from __future__ import annotations
