@@ -26,7 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from autograder.run.sandbox import _mount_parents
+from autograder.run.sandbox import _mount_parents, system_tops
 from coursebook.chapters import REPO, find_chapter
 
 CHAPTER = "01-seq2seq"
@@ -87,13 +87,7 @@ def fresh_root_command(mounts: dict[str, Path], venv: Path, command: list[str],
     """bubblewrap command line of a fresh root: the system read-only, ``mounts`` (path inside
     -> folder here) writable, ``venv`` at its own path, no network."""
     args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
-            "--die-with-parent", "--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
-        p = Path(top)
-        if p.is_symlink():
-            args += ["--symlink", os.readlink(p), top]
-        elif p.is_dir():
-            args += ["--ro-bind", top, top]
+            "--die-with-parent", "--ro-bind", "/usr", "/usr", *system_tops()]
     slots = Path("/tmp/autograder-slots")
     slots.mkdir(mode=0o700, exist_ok=True)
     args += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",

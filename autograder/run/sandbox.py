@@ -174,6 +174,19 @@ def _mount_parents(dest: str, made: set[str]) -> list[str]:
     return args
 
 
+def system_tops() -> list[str]:
+    """bubblewrap arguments for ``/bin``, ``/sbin`` and the ``/lib*`` folders: read-only binds,
+    or the same symbolic links where the system has merged them into ``/usr``."""
+    args: list[str] = []
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    return args
+
+
 def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int,
                   rep_fd: int) -> list[str]:
     """The bubblewrap command line of a sandbox (see the module docstring)."""
@@ -183,13 +196,7 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int,
                            "(make setup does it)")
     args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
-        p = Path(top)
-        if p.is_symlink():
-            args += ["--symlink", os.readlink(p), top]
-        elif p.is_dir():
-            args += ["--ro-bind", top, top]
+            "--hostname", "sandbox", "--ro-bind", "/usr", "/usr", *system_tops()]
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
               "/etc/group"):
         if Path(f).exists():
