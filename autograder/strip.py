@@ -1,7 +1,13 @@
-"""The sandbox's copy of course_lib: no exercise module, and no body of any answer.
+"""The sandbox's copy of course_lib: an allow-list, no exercise module, and no body of any answer.
 
 Student code in the sandbox must find nothing that computes an exercise's answer, of any chapter:
 
+* **An allow-list, not a deny-list.** The copy holds the grading plumbing
+  (:data:`SANDBOX_BASE`: ``course_lib.grading``, ``course_lib.utils`` for the setup cell, the
+  exercises' seeded helpers and call adapters) and only the modules a chapter needs there
+  (:func:`sandbox_modules`): what its exercise module declares in ``SANDBOX_MODULES`` and the
+  modules of objects in its hidden inputs. ``course_lib.llama``, ``course_lib.longrange`` and every
+  other module that could re-derive an answer without being a named reference are simply absent.
 * **No exercise module.** ``course_lib/exercises/`` keeps only ``__init__.py``, ``_common.py``
   and ``_calls.py`` (seeded helpers and call adapters): the references, slips, diagnoses and case
   builders of every chapter stay on the trusted side, which builds the hidden inputs and hands
@@ -104,6 +110,101 @@ def strip_source(source: str, names: set[str]) -> tuple[str, list[str]]:
 
 #: What the sandbox's ``course_lib/exercises/`` keeps: no chapter's exercise module.
 SANDBOX_EXERCISE_FILES = ("__init__.py", "_common.py", "_calls.py")
+#: The course_lib every sandbox holds (files and packages, relative to course_lib/): the grading
+#: plumbing, the setup cell's ``get_device``/``seed_everything`` and the exercises' seeded helpers
+#: and call adapters. Nothing else, unless a chapter needs it (:func:`sandbox_modules`).
+SANDBOX_BASE = ("__init__.py", "utils.py", "grading",
+                *(f"exercises/{name}" for name in SANDBOX_EXERCISE_FILES))
+
+
+def _module_file(src_root: Path, dotted: str) -> Path | None:
+    """``course_lib.a.b`` -> its file under ``src_root`` (a module or a package's __init__)."""
+    parts = dotted.split(".")[1:]
+    if not parts:
+        return src_root / "__init__.py"
+    for cand in (src_root.joinpath(*parts).with_suffix(".py"),
+                 src_root.joinpath(*parts) / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _course_imports(path: Path) -> set[str]:
+    """The course_lib modules a file imports (any level, relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("course_lib."))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mod = node.module
+            if node.level:
+                continue  # course_lib uses absolute imports only
+            if mod == "course_lib":
+                found.update(f"course_lib.{a.name}" for a in node.names)
+            elif mod.startswith("course_lib."):
+                found.add(mod)
+                found.update(f"{mod}.{a.name}" for a in node.names)
+    return found
+
+
+def sandbox_modules(chapter: str, inputs: Iterable[Any] = ()) -> list[str]:
+    """The course_lib modules beyond :data:`SANDBOX_BASE` that the sandbox of ``chapter`` holds:
+    those the chapter's exercise module declares (``SANDBOX_MODULES``: what its statements name
+    as usable or its visible tests import), those whose objects are in the hidden inputs (a step
+    function such as ``decoding.MarkovStep`` is unpickled there), and every course_lib module
+    they import. References and forbidden objects in them are stripped all the same.
+
+    Example:
+        >>> sandbox_modules("modern_decoder")
+        []
+        >>> from course_lib.decoding import MarkovStep
+        >>> import torch
+        >>> "course_lib.decoding" in sandbox_modules("seq2seq", [MarkovStep(torch.zeros(2, 2))])
+        True
+    """
+    import importlib
+
+    src_root = Path(course_lib.__file__).resolve().parent
+    wanted = set(getattr(importlib.import_module(f"course_lib.exercises.{chapter}"),
+                         "SANDBOX_MODULES", ()))
+    wanted |= {m for m in (_object_modules(v) for v in inputs) for m in m}
+    out: set[str] = set()
+    todo = sorted(wanted)
+    while todo:
+        mod = todo.pop()
+        path = _module_file(src_root, mod)
+        if path is None or mod in out:
+            continue
+        rel = path.relative_to(src_root).as_posix()
+        if rel in SANDBOX_BASE or rel.startswith(("grading/", "exercises/")):
+            continue
+        out.add(mod)
+        todo += sorted(_course_imports(path))
+    return sorted(out)
+
+
+def _object_modules(value: Any, depth: int = 0) -> set[str]:
+    """The course_lib modules of the objects inside a case's inputs (containers walked)."""
+    import torch
+
+    if depth > 8 or isinstance(value, (torch.Tensor, str, bytes, int, float, bool, type(None))):
+        return set()
+    found = set()
+    module = type(value).__module__
+    if module.startswith("course_lib."):
+        found.add(module)
+    if isinstance(value, dict):
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, (list, tuple, set)):
+        items = value
+    elif isinstance(value, torch.nn.Module):
+        items = list(value.children())
+    else:
+        items = list(getattr(value, "__dict__", {}).values())
+    for item in items:
+        found |= _object_modules(item, depth + 1)
+    return found
 
 
 def answers_to_strip(chapter: str) -> list[Any]:
@@ -124,13 +225,17 @@ def answers_to_strip(chapter: str) -> list[Any]:
     return out
 
 
-def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]]) -> list[str]:
-    """Copy course_lib to ``dest/course_lib`` without exercise modules and with ``references``
-    stripped; return what was stripped.
+def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]],
+                             modules: Iterable[str] = ()) -> list[str]:
+    """Write the sandbox's course_lib to ``dest/course_lib`` from the allow-list
+    (:data:`SANDBOX_BASE` plus ``modules``), with ``references`` stripped; return what was
+    stripped.
 
     Args:
         dest: the folder that goes on the sandbox's PYTHONPATH.
         references: the objects whose bodies go (see :func:`answers_to_strip`).
+        modules: dotted course_lib modules the chapter's sandbox also holds
+            (:func:`sandbox_modules`).
     """
     src_root = Path(course_lib.__file__).resolve().parent
     dest.mkdir(parents=True, exist_ok=True)
@@ -138,10 +243,24 @@ def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]
     target = dest / "course_lib"
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(src_root, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for path in (target / "exercises").iterdir():
-        if path.name not in SANDBOX_EXERCISE_FILES:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    keep = list(SANDBOX_BASE)
+    for mod in modules:
+        path = _module_file(src_root, mod)
+        if path is None:
+            raise ValueError(f"the sandbox should hold {mod}, which course_lib does not have")
+        keep.append(path.relative_to(src_root).as_posix())
+    for rel in keep:
+        src = src_root / rel
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, out, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copyfile(src, out)
+    for folder in [p for p in target.rglob("*") if p.is_dir()]:
+        if not (folder / "__init__.py").exists():
+            (folder / "__init__.py").write_text("", encoding="utf-8")  # a package on the way
     stripped: list[str] = []
     for path, names in _targets(references).items():
         try:
@@ -149,7 +268,7 @@ def build_sandbox_course_lib(dest: Path, references: Iterable[Callable[..., Any]
         except ValueError:
             continue  # not part of course_lib (torch itself, a test's own chapter): not copied
         if not out.exists():
-            continue  # an exercise module: not in the sandbox at all
+            continue  # not in the sandbox at all
         text, done = strip_source(path.read_text(encoding="utf-8"), names)
         out.write_text(text, encoding="utf-8")
         stripped += [f"{out.relative_to(dest)}:{q}" for q in done]

@@ -11,12 +11,14 @@ import errno
 import json
 import os
 import stat
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
 import pytest
 
-from autograder.run import cgroups
+from autograder.run import cgroups, environment
 from autograder.run.sandbox import Limits, Sandbox, SandboxDied, acquire_slots, reap_uid, slot_uid
 from autograder.strip import build_sandbox_course_lib
 from coursebook.chapters import REPO
@@ -48,8 +50,26 @@ try:
     facts["reference"] = "callable"
 except RuntimeError as err:
     facts["reference"] = str(err)
+import importlib, sys
+for extra in %(package_folders)r:  # a student who knows where the packages were
+    sys.path.append(extra)
+facts["imports"] = {}
+for name in %(outside)r:
+    try:
+        importlib.import_module(name)
+        facts["imports"][name] = "imported"
+    except ImportError as err:
+        facts["imports"][name] = str(err)
+facts["course_lib_modules"] = sorted(p.split(".")[0] for p in os.listdir(
+    os.path.dirname(importlib.import_module("course_lib").__file__)))
 print(json.dumps(facts))
 """
+#: Packages of the development environment that the sandbox must not hold (the issue's and
+#: the course's own: tests, website, peers), and course_lib modules that are not the grading
+#: plumbing.
+OUTSIDE = ["transformers", "peft", "entmax", "tiktoken", "scipy", "sympy", "matplotlib",
+           "nbformat", "jupyter_book", "pytest", "networkx", "course_lib.llama",
+           "course_lib.longrange", "course_lib.exercises.seq2seq"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +77,8 @@ def course_dir(tmp_path_factory) -> Path:
     from course_lib import attention
 
     dest = tmp_path_factory.mktemp("course")
-    stripped = build_sandbox_course_lib(dest, [attention.masked_softmax])
+    stripped = build_sandbox_course_lib(dest, [attention.masked_softmax],
+                                        ["course_lib.attention", "course_lib.checks"])
     assert stripped == ["course_lib/attention.py:masked_softmax"]
     return dest
 
@@ -78,7 +99,8 @@ def test_sandbox_isolates_files_network_processes_and_references(course_dir: Pat
     box = Sandbox(course_dir, slot=slot, limits=Limits(cell_timeout=30))
     box.start()
     try:
-        reply = box.run("cell", PROBE % {"repo": str(REPO)}, 60)
+        reply = box.run("cell", PROBE % {"repo": str(REPO), "outside": OUTSIDE,
+                                         "package_folders": environment.package_folders()}, 60)
     finally:
         box.kill()
     assert reply["ok"], reply
@@ -91,6 +113,36 @@ def test_sandbox_isolates_files_network_processes_and_references(course_dir: Pat
     assert facts["nproc"] == Limits().tasks
     assert max(facts["pids"]) < 50, "not a fresh PID namespace"
     assert "not available while grading" in facts["reference"]
+    # the environment holds the allow-list alone, whatever path a student appends
+    assert facts["imports"] == {name: f"No module named '{name}'" for name in OUTSIDE}
+    assert facts["course_lib_modules"] == ["__init__", "attention", "checks", "exercises",
+                                           "grading", "utils"]
+
+
+@slow
+def test_the_sandbox_imports_only_the_allowed_distributions(course_dir: Path, slot: int) -> None:
+    """Every top-level module importable in the sandbox belongs to the standard library, an
+    allowed distribution or course_lib: nothing else is on any path it can reach."""
+    code = ("import pkgutil, sys, json\n"
+            "print(json.dumps(sorted({m.name for m in pkgutil.iter_modules()})))")
+    box = Sandbox(course_dir, slot=slot, limits=Limits(cell_timeout=30))
+    box.start()
+    try:
+        reply = box.run("cell", code, 60)
+    finally:
+        box.kill()
+    assert reply["ok"], reply
+    found = set(json.loads(reply["output"].strip().splitlines()[-1]))
+    stdlib = Path(sysconfig.get_paths(vars={"base": sys.base_prefix,
+                                            "platbase": sys.base_exec_prefix})["stdlib"])
+    shipped = {p.name for p in stdlib.iterdir() if p.name != "site-packages"}
+    shipped |= {p.name for p in (stdlib / "lib-dynload").glob("*")}
+    allowed = (set(environment.site_entries()) | set(sys.stdlib_module_names) | shipped
+               | {"course_lib", "runner"})  # runner: the grader's own script, /opt/grader
+    allowed = {name.split(".")[0] for name in allowed}
+    extra = sorted(m for m in found if m not in allowed and not m.startswith("_"))
+    assert not extra, f"the sandbox can import {extra}, which no allow-list names"
+    assert {"torch", "numpy", "IPython", "course_lib"} <= found
 
 
 @slow

@@ -3,9 +3,12 @@
 What the sandbox isolates (also in ``autograder/README.md``):
 
 * **Files**: a fresh mount namespace whose root is an empty tmpfs. Read-only: ``/usr`` (system
-  libraries), the Python installation and the virtualenv, the sandbox copy of course_lib (no
-  exercise module and no body of any exercise's answer, see :mod:`autograder.strip`, with this
-  run's hidden inputs in ``grading-inputs/``) and the runner script.
+  libraries), the base Python installation's standard library, the allowed packages alone
+  (torch, numpy and the runner's IPython, :mod:`autograder.run.environment`: every other folder of
+  installed packages is covered by an empty tmpfs and the virtualenv is not mounted), the
+  sandbox's allow-listed copy of course_lib (the grading plumbing, no exercise module and no body
+  of any exercise's answer, see :mod:`autograder.strip`, with this run's hidden inputs in
+  ``grading-inputs/``) and the runner script.
   Writable: ``/tmp`` only, a size-capped tmpfs that disappears with the sandbox. The repository,
   ``solutions/``, ``.git``, the gradebook, the grades, the reference outputs and the other
   submissions do not exist inside.
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder.run import cgroups
+from autograder.run import cgroups, environment
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
 #: The folder of ``course_dir`` (read-only in the sandbox) holding the hidden cases' inputs that
@@ -206,17 +209,25 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int,
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     made: set[str] = {"/tmp"}
-    for src in sorted({os.path.realpath(sys.base_prefix), sys.prefix}):
-        if src.startswith("/usr"):
-            continue
-        args += _mount_parents(src, made) + ["--ro-bind", src, src]
+    # The base interpreter only (its standard library): the virtualenv is not mounted, and every
+    # folder of installed packages is covered by an empty tmpfs (autograder/run/environment.py).
+    base = os.path.realpath(sys.base_prefix)
+    if not base.startswith("/usr"):
+        args += _mount_parents(base, made) + ["--ro-bind", base, base]
+    for folder in environment.package_folders():
+        if folder.startswith(("/usr/", base + "/")):
+            args += ["--tmpfs", folder]
     args += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/grader",
-             "--ro-bind", str(course_dir), "/opt/course",
+             "--perms", "0755", "--dir", environment.SITE]
+    for name, path in sorted(environment.site_entries().items()):
+        args += ["--ro-bind", str(path), f"{environment.SITE}/{name}"]
+    args += ["--ro-bind", str(course_dir), "/opt/course",
              "--ro-bind", str(RUNNER), "/opt/grader/runner.py",
              "--chdir", "/tmp", "--clearenv"]
     env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": "/tmp", "PYTHONPATH": "/opt/course", "PYTHONDONTWRITEBYTECODE": "1",
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp", "PYTHONPATH": f"/opt/course:{environment.SITE}",
+        "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0", "COURSE_GRADING_MODE": "record",
         "COURSE_GRADING_RECORD_DIR": "/tmp/records", "COURSE_LIB_QUICK": "1",
         "COURSE_GRADING_INPUT_DIR": f"/opt/course/{INPUTS_FOLDER}",
@@ -226,7 +237,8 @@ def bwrap_command(course_dir: Path, slot: int, limits: Limits, cmd_fd: int,
     }
     for k, v in env.items():
         args += ["--setenv", k, v]
-    python = [sys.executable, "-s", "/opt/grader/runner.py", str(cmd_fd), str(rep_fd)]
+    python = [environment.sandbox_python(), *environment.python_flags(), "/opt/grader/runner.py",
+              str(cmd_fd), str(rep_fd)]
     if os.geteuid() == 0:
         uid = slot_uid(slot)
         args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
