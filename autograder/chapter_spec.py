@@ -73,6 +73,9 @@ class ExerciseSpec:
         release_test: the released test cell's text, normalised.
         answer: a question's answer, from its hidden call (``None`` for other exercises); the
             trusted judge's, never sent to the sandbox (``hidden_test`` is the call without it).
+        solution_source: the source's solution cell (the instructor's solution), for the
+            similarity report's reference fingerprint (compiled in the trusted process, never
+            run, never sent to the sandbox).
     """
 
     exercise_id: str
@@ -88,6 +91,7 @@ class ExerciseSpec:
     release_stub: str = ""
     release_test: str = ""
     answer: str | None = None
+    solution_source: str = ""
 
 
 @dataclass
@@ -187,6 +191,7 @@ def _exercises(nb: NotebookNode, source: Path) -> list[ExerciseSpec]:
             solution_cell_id=solutions[owner[0]][1], test_cell_id=cell.get("id"),
             points=float(meta.get("points", 0)), visible_test=visible,
             hidden_test=without_answer(hidden), answer=answer or None,
+            solution_source=solutions[owner[0]][0],
         ))
     if not exercises:
         raise SpecError(f"{source}: no graded test cells")

@@ -112,6 +112,11 @@ class ExerciseOutcome:
         messages: the judge's messages (what failed and why), never the hidden inputs.
         notes: repairs and events (a solution found by its ``def`` line, a restarted kernel).
         logs: the cells that ran, with their outputs.
+        fingerprint: the graded function's code as it ran, normalised by the sandbox's runner
+            (:func:`autograder.run.sandbox_runner.describe_code`; untrusted, capped), for the
+            similarity report only; ``""`` when none came back.
+        code_origin: the file names of that code that are not a notebook cell's (``<string>``:
+            compiled from a string), for the similarity report only.
     """
 
     exercise_id: str
@@ -121,12 +126,18 @@ class ExerciseOutcome:
     messages: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     logs: list[CellLog] = field(default_factory=list)
+    fingerprint: str = ""
+    code_origin: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The plain dict of a result file (the exercise id is its key there)."""
-        return {"points": self.points, "max_points": self.max_points, "status": self.status,
-                "messages": list(self.messages), "notes": list(self.notes),
-                "logs": [log.to_json() for log in self.logs]}
+        data: dict[str, Any] = {
+            "points": self.points, "max_points": self.max_points, "status": self.status,
+            "messages": list(self.messages), "notes": list(self.notes),
+            "logs": [log.to_json() for log in self.logs]}
+        if self.fingerprint or self.code_origin:
+            data.update(fingerprint=self.fingerprint, code_origin=self.code_origin)
+        return data
 
     @classmethod
     def from_json(cls, exercise_id: str, data: dict[str, Any]) -> ExerciseOutcome:
@@ -134,7 +145,8 @@ class ExerciseOutcome:
         return cls(exercise_id, float(data.get("points", 0.0)),
                    float(data.get("max_points", 0.0)), str(data.get("status", "not graded")),
                    list(data.get("messages", [])), list(data.get("notes", [])),
-                   [CellLog.from_json(log) for log in data.get("logs", [])])
+                   [CellLog.from_json(log) for log in data.get("logs", [])],
+                   str(data.get("fingerprint", "") or ""), str(data.get("code_origin", "") or ""))
 
 
 @dataclass

@@ -77,7 +77,8 @@ def _write_student(out: Path, batch: Batch, r: GradeResult, failures: list[str])
 
 
 def _similarity(out: Path, batch: Batch) -> int:
-    """Write the similarity report of every readable submission; return its number of flags."""
+    """Write the similarity report of every readable submission (their code as written, and the
+    code that ran as the hardened engine described it); return its number of flags."""
     code: dict[str, dict[str, str]] = {}
     for sub in batch.submissions:
         if sub.notebook is None:
@@ -86,9 +87,12 @@ def _similarity(out: Path, batch: Batch) -> int:
             code[sub.student_id] = student_code(batch.spec, sub.notebook)
         except Exception:  # noqa: BLE001 - the similarity report is advisory
             pass
-    report = analyse(batch.spec, code)
+    runtime = {sid: {eid: (o.fingerprint, o.code_origin) for eid, o in r.exercises.items()
+                     if o.fingerprint or o.code_origin}
+               for sid, r in batch.results.items()}
+    report = analyse(batch.spec, code, runtime={k: v for k, v in runtime.items() if v})
     write_report(out, batch.spec, report)
-    return len(report.flags)
+    return len(report.flags) + len(report.dynamic)
 
 
 def write_outputs(out: Path, batch: Batch,

@@ -26,6 +26,9 @@ MAX_RECORD_FILE = 16 << 20
 #: sends is hostile data (student code can write on the reply channel).
 MAX_OUTPUT_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 2000
+#: The graded function's code as the runner describes it (the similarity report's, never a grade's).
+MAX_FINGERPRINT_CHARS = 64 * 1024
+MAX_ORIGIN_CHARS = 500
 
 
 def _text(value: object, cap: int) -> str:
@@ -37,8 +40,23 @@ def _text(value: object, cap: int) -> str:
     return value[:cap] + f"\n[... {len(value) - cap} characters cut]"
 
 
+def clean_runtime(reply: dict) -> dict[str, str]:
+    """The reply's description of the graded function (``fingerprint``, ``code_origin``): strings
+    cut to :data:`MAX_FINGERPRINT_CHARS` and :data:`MAX_ORIGIN_CHARS`, anything else empty.
+
+    Example:
+        >>> clean_runtime({"fingerprint": ["x"], "code_origin": "<string>"})
+        {'fingerprint': '', 'code_origin': '<string>'}
+    """
+    fingerprint, origin = reply.get("fingerprint"), reply.get("code_origin")
+    return {"fingerprint": fingerprint[:MAX_FINGERPRINT_CHARS] if isinstance(fingerprint, str)
+            else "",
+            "code_origin": origin[:MAX_ORIGIN_CHARS] if isinstance(origin, str) else ""}
+
+
 def clean_reply(reply: dict, n_cases: int = 0) -> dict:
-    """A sandbox reply reduced to typed, capped fields: ``ok``, ``error``, ``output``, ``records``.
+    """A sandbox reply reduced to typed, capped fields: ``ok``, ``error``, ``output``, ``records``
+    (and the graded function's description, :func:`clean_runtime`).
 
     ``records`` keeps only ``case00.npz`` ... for the exercise's ``n_cases`` cases, each a base64
     string within :data:`MAX_RECORD_FILE` once decoded; everything else is dropped.
@@ -46,7 +64,8 @@ def clean_reply(reply: dict, n_cases: int = 0) -> dict:
     Example:
         >>> clean_reply({"ok": "yes", "error": ["x"], "output": "hi", "records": {
         ...     "case00.npz": "AAAA", "case000001.npz": "AAAA", "../x": "AAAA"}}, n_cases=1)
-        {'ok': False, 'error': None, 'output': 'hi', 'records': {'case00.npz': 'AAAA'}}
+        {'ok': False, 'error': None, 'output': 'hi', 'records': {'case00.npz': 'AAAA'}, \
+'fingerprint': '', 'code_origin': ''}
     """
     error = reply.get("error")
     records = reply.get("records")
@@ -59,7 +78,8 @@ def clean_reply(reply: dict, n_cases: int = 0) -> dict:
                 kept[name] = b64
     return {"ok": reply.get("ok") is True,
             "error": _text(error, MAX_ERROR_CHARS) if isinstance(error, str) else None,
-            "output": _text(reply.get("output"), MAX_OUTPUT_CHARS), "records": kept}
+            "output": _text(reply.get("output"), MAX_OUTPUT_CHARS), "records": kept,
+            **clean_runtime(reply)}
 
 
 SandboxFactory = Callable[[Path, int, Limits], Sandbox]
@@ -77,6 +97,7 @@ class _Run:
         self.notes: list[str] = []
         self.replay: list[StudentCell] = []
         self.box: Sandbox | None = None
+        self.runtime: dict[str, str] = {}  # the last hidden tests' clean_runtime
 
     def _start(self) -> Sandbox:
         """A fresh sandbox with the setup cells and the cells that ran so far replayed."""
@@ -136,9 +157,13 @@ class _Run:
     def hidden_tests(self, code: str, eid: str, timeout: float) -> tuple[str | None, dict]:
         """Run the hidden part in record mode: ``(its error or None, the case records)``."""
         n_cases = len(self.judge.cases(eid))
+        self.runtime = {}
+        function = next((e.function for e in self.spec.exercises if e.exercise_id == eid), "")
         try:
             reply = clean_reply(self.ensure().run("test", code, timeout, exercise=eid,
-                                                  hidden=True, cases=n_cases), n_cases)
+                                                  hidden=True, cases=n_cases,
+                                                  function=function), n_cases)
+            self.runtime = clean_runtime(reply)
             return (None if reply["ok"] else reply["error"]), reply["records"]
         except (SandboxDied, OSError) as err:
             self.box = None
@@ -180,6 +205,8 @@ class _Run:
         self.student_cells(res, cells, timeout)
         visible_error = self.visible_tests(res, ex.visible_test, eid, timeout)
         hidden_error, records = self.hidden_tests(ex.hidden_test, eid, timeout)
+        res.fingerprint = self.runtime.get("fingerprint", "")
+        res.code_origin = self.runtime.get("code_origin", "")
         self.save_records(eid, records)
         verdict = self.judge.judge(eid, self.record_root, hidden_error)
         res.messages.extend(verdict.messages)

@@ -78,6 +78,105 @@ def _read_records(folder, n_cases):
     return records
 
 
+#: The largest description of a graded function's code sent back (the similarity report's).
+FINGERPRINT_CAP = 64 * 1024
+#: The file name IPython's InteractiveShell gives a cell's code; any other (``<string>`` of
+#: ``exec``/``compile``, a module's path) means the code did not come from a cell as written.
+CELL_FILE = re.compile(r"<ipython-input-\d+-[0-9a-f]+>\Z")
+
+
+def describe_code(code, helper=None, cap=FINGERPRINT_CAP):
+    """``(text, file names)``: ``code`` as one normalised line per instruction, then its nested
+    code objects and the helpers it names (``helper(name)``: their code, or ``None``), in order.
+
+    The opname and argument of each instruction, without file name, line numbers, addresses or
+    jump offsets; local names become their index (a renamed variable changes nothing), constants
+    their ``repr`` (cut), globals and attributes their names. The same code compiled by the same
+    Python gives the same text wherever its source came from (a cell, ``exec`` of a decoded
+    string). Also used in the trusted process on the instructor's solution (no code runs).
+    """
+    import dis
+    import types
+
+    jumps = set(getattr(dis, "hasjump", dis.hasjrel + dis.hasjabs))
+    named = set(dis.haslocal + dis.hasfree)
+    lines = [f"python {sys.version_info[0]}.{sys.version_info[1]}"]
+    files, seen, todo, size = set(), set(), [("f", code)], 0
+    while todo and size < cap:
+        label, co = todo.pop(0)
+        if id(co) in seen or len(seen) >= 1000:
+            continue
+        seen.add(id(co))
+        files.add(str(co.co_filename))
+        local = {n: f"v{i}" for i, n in enumerate(co.co_varnames + co.co_cellvars
+                                                   + co.co_freevars)}
+        out = [f"code {label} args={co.co_argcount},{co.co_posonlyargcount},"
+               f"{co.co_kwonlyargcount} flags={co.co_flags & 0x3ac}"]
+        for ins in dis.get_instructions(co):
+            if ins.opname in ("CACHE", "EXTENDED_ARG", "NOP"):
+                continue
+            if ins.opcode in jumps:
+                arg = ""
+            elif isinstance(ins.argval, types.CodeType):
+                todo.append((f"{label}.{len(out)}", ins.argval))
+                arg = f"<code {todo[-1][0]}>"
+            elif ins.opcode in named:
+                names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+                arg = ",".join(local.get(n, "?") for n in names)
+            elif ins.opname in ("LOAD_CONST", "KW_NAMES"):  # KW_NAMES: the keywords' names
+                arg = repr(co.co_consts[ins.arg] if ins.opname == "KW_NAMES" else ins.argval)
+            else:
+                arg = ins.argrepr or ("" if ins.arg is None else str(ins.arg))  # CALL: its count
+            arg = arg[:200]
+            out.append(f"{ins.opname} {arg}".rstrip())
+            if helper is not None and ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                found = helper(ins.argval) if isinstance(ins.argval, str) else None
+                if isinstance(found, types.CodeType) and id(found) not in seen:
+                    todo.append((f"helper {ins.argval}", found))
+        lines += out
+        size += sum(len(line) + 1 for line in out)
+    text = "\n".join(lines)
+    if len(text) > cap:
+        text = text[:text.rfind("\n", 0, cap)]
+    return text, files
+
+
+def runtime_fingerprint(namespace, name):
+    """``{"fingerprint": ..., "code_origin": ...}`` of the graded function ``namespace[name]``
+    as it is after its hidden tests ran (the similarity report's; never part of a verdict).
+
+    ``code_origin`` lists the file names of its code (and its helpers') that are not a cell's:
+    ``<string>`` when it was compiled from a string. Empty strings when there is no function.
+    """
+    import os.path
+    import types
+
+    try:
+        fn = namespace.get(name) if isinstance(name, str) else None
+        for _ in range(5):  # a bound method, a functools.partial, a decorated function
+            if isinstance(getattr(fn, "__code__", None), types.CodeType):
+                break
+            fn = getattr(fn, "__func__", None) or getattr(fn, "func", None) \
+                or getattr(fn, "__wrapped__", None)
+        code = getattr(fn, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            return {"fingerprint": "", "code_origin": ""}
+        glb = getattr(fn, "__globals__", None)
+
+        def helper(n):  # a function defined beside it (a cell, an exec'd string), not a library's
+            h = glb.get(n) if isinstance(glb, dict) else None
+            if isinstance(h, types.FunctionType) and (
+                    h.__globals__ is glb or not os.path.isabs(h.__code__.co_filename)):
+                return h.__code__
+            return None
+
+        text, files = describe_code(code, helper)
+        odd = sorted(f for f in files if not CELL_FILE.match(f))
+        return {"fingerprint": text, "code_origin": ", ".join(odd)[:500]}
+    except Exception:  # noqa: BLE001 - advisory: whatever the student's object does, no crash
+        return {"fingerprint": "", "code_origin": ""}
+
+
 def main():
     for fd in (int(sys.argv[1]), int(sys.argv[2])):
         os.set_inheritable(fd, False)  # student subprocesses do not get the grader's channel
@@ -131,6 +230,7 @@ def main():
         if msg["op"] == "test" and msg.get("hidden"):
             reply["records"] = _read_records(os.path.join(record_dir, msg["exercise"]),
                                              int(msg.get("cases", 0)))
+            reply.update(runtime_fingerprint(shell.user_ns, msg.get("function")))
         send(reply)
 
 
