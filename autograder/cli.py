@@ -56,6 +56,10 @@ def _add_platforms(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--cell-timeout", type=float, default=60.0)
         p.add_argument("--notebook-timeout", type=float, default=300.0)
         p.add_argument("--memory-mb", type=int, default=3072)
+        if name == "gradescope":
+            p.add_argument("--hidden-tests", choices=gradescope.HIDDEN_TESTS_VISIBILITY,
+                           default="after_published", help="when students see each exercise's "
+                           "points and hidden tests' results (default: when you publish grades)")
         if name == "prairielearn":
             p.add_argument("--image", help="grader image named in info.json")
             p.add_argument("--timeout", type=int, default=600,
@@ -86,7 +90,9 @@ def build_platform(args: argparse.Namespace) -> int:
                 "memory_mb": args.memory_mb}
     try:
         if args.command == "gradescope":
-            print(f"wrote {gradescope.build(chapter, args.out, args.allow_dirty, settings)}")
+            built = gradescope.build(chapter, args.out, args.allow_dirty, settings,
+                                     args.hidden_tests)
+            print(f"wrote {built}")
         else:
             built = prairielearn.build(chapter, args.out, args.allow_dirty, args.image,
                                        args.timeout, settings)

@@ -346,14 +346,22 @@ class Graded:
 
 
 def _lock(paths: list[Path]) -> None:
-    """Make ``paths`` unreadable to everyone but their owner (root): mode 0700 on folders,
-    0600 on files, recursively."""
+    """Make ``paths`` (folders or files) unreadable to everyone but root: owned by root (when
+    this process is root), mode 0700 on folders, 0600 on files, recursively; links are left
+    alone (never followed).
+
+    The Gradescope runner locks ``/autograder/source`` and ``/autograder/submission_metadata.json``
+    (earlier submissions' scores and results, hidden feedback included) this way.
+    """
+    root = os.geteuid() == 0
     for top in paths:
-        if not top.exists():
+        if top.is_symlink() or not top.exists():
             continue
-        for p in [top, *top.rglob("*")]:
+        for p in [top, *(top.rglob("*") if top.is_dir() else [])]:
             if p.is_symlink():
                 continue
+            if root:
+                os.chown(p, 0, 0, follow_symlinks=False)
             p.chmod(0o700 if p.is_dir() else 0o600)
 
 
@@ -496,20 +504,25 @@ def visible_test_log(result: GradeResult, exercise_id: str) -> tuple[bool, str]:
             if log.error:
                 text = (text + "\n" if text else "") + f"Error: {log.error}"
             return log.error is None, text or "The visible tests passed."
-    why = "; ".join(r.messages) or "not run"
-    return False, f"The visible tests were not run: {why}"
+    # never the exercise's messages here: they may hold the hidden tests' verdict, and this
+    # text is shown before the grades are published
+    return False, ("The visible tests were not run; why comes with the exercise's points "
+                   "and hidden tests' results.")
 
 
-def general_text(graded: Graded) -> str:
-    """The submission-wide text: could-not-grade reason, repairs, the bundle's commit."""
+def general_text(graded: Graded, total: bool = True) -> str:
+    """The submission-wide text: could-not-grade reason, repairs, the bundle's commit, and
+    with ``total`` the points (Gradescope's visible text passes ``total=False``: the total
+    would tell the hidden tests' outcome before the grades are published)."""
     r = graded.result
     lines = []
     if r.status != "graded":
         lines.append(f"Could not grade this file: {r.reason}")
     lines += [f"Note: {n}" for n in r.notes]
-    lines.append(f"Graded: {r.total:g} / {r.max_total:g} points "
-                 f"({graded.bundle.get('chapter')}, course commit "
-                 f"{str(graded.bundle.get('commit', ''))[:12]}, {graded.runner} runner).")
+    where = (f"{graded.bundle.get('chapter')}, course commit "
+             f"{str(graded.bundle.get('commit', ''))[:12]}, {graded.runner} runner")
+    lines.append(f"Graded: {r.total:g} / {r.max_total:g} points ({where})." if total
+                 else f"Graded ({where}).")
     return "\n".join(lines)
 
 

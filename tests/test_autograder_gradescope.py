@@ -3,13 +3,18 @@
 A fresh root (bubblewrap: an empty tmpfs with read-only /usr, /etc and the Python installation,
 no network, its own PID namespace, Docker's default capabilities only, so that, as in a
 Gradescope container, bubblewrap cannot create namespaces inside and the grader must pick its
-fallback runner) holds ``/autograder/source`` (the unzipped zip), ``/autograder/submission`` and
-``/autograder/results``; ``/autograder/run_autograder`` runs for five submissions of chapter 1
-(solution, blank release, partial, a Colab download named ``seq2seq (1).ipynb``, a truncated
-file), and each results.json must validate against Gradescope's documented layout and carry
-exactly the points ``python -m autograder grade`` (the hardened engine, bubblewrap) gives the same
-file. The slow ``setup.sh`` test builds the grading environment into a fresh virtual environment
-(the local torch wheel, pip's cache, no network) and grades with it.
+fallback runner) holds ``/autograder/source`` (the unzipped zip), ``/autograder/submission``,
+``/autograder/submission_metadata.json`` (earlier submissions' scores and hidden feedback, with a
+marker that must never come back) and ``/autograder/results``; ``/autograder/run_autograder`` runs
+for five submissions of chapter 1 (solution, blank release, partial, a Colab download named
+``seq2seq (1).ipynb``, a truncated file), and each results.json must validate against
+Gradescope's documented layout, carry exactly the points ``python -m autograder grade`` (the
+hardened engine, bubblewrap) gives the same file, and show nothing before publication that tells a
+hidden test's outcome or a total (:func:`assert_nothing_hidden_is_visible`; the fast test checks
+the same over every chapter). A partial submission that reads the metadata file gets a
+permission error (fallback runner) or no such file (bubblewrap runner). The slow ``setup.sh``
+test builds the grading environment into a fresh virtual environment (the local torch wheel,
+pip's cache, no network) and grades with it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +37,16 @@ from coursebook.chapters import REPO, find_chapter
 
 CHAPTER = "01-seq2seq"
 SUBMISSIONS = ("solution", "blank", "partial", "colab", "truncated")
+#: In the fake ``submission_metadata.json`` (an earlier submission's hidden feedback): never in a
+#: results.json.
+METADATA_MARKER = "EARLIER-SUBMISSION-HIDDEN-FEEDBACK-7f3a"
+#: Prepended to a solution cell: reads Gradescope's submission metadata from student code.
+SNOOP = """try:
+    _leak = open('/autograder/submission_metadata.json').read()
+    print('METADATA READ', _leak)
+except Exception as _err:
+    print('METADATA BLOCKED', type(_err).__name__)
+"""
 #: Docker's default capabilities (Gradescope's and PrairieLearn's containers): no CAP_SYS_ADMIN,
 #: so no namespaces for a nested bubblewrap.
 DOCKER_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
@@ -129,6 +145,7 @@ def run_gradescope(zip_path: Path, tmp: Path, name: str, fname: str, data: bytes
     shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
     (root / "submission").mkdir()
     (root / "submission" / fname).write_bytes(data)
+    write_metadata(root / "submission_metadata.json")
     (root / "results").mkdir()
     proc = subprocess.run(fresh_root_command({"/autograder": root}, venv,
                                              ["bash", "/autograder/run_autograder"], env,
@@ -140,17 +157,109 @@ def run_gradescope(zip_path: Path, tmp: Path, name: str, fname: str, data: bytes
     return json.loads(out.read_text())
 
 
+def write_metadata(path: Path) -> None:
+    """A ``submission_metadata.json`` as Gradescope writes it (world-readable here): the
+    student, the assignment and an earlier submission with its score and full results."""
+    path.write_text(json.dumps({
+        "id": 123456, "created_at": "2026-11-27T10:00:00Z", "assignment": {
+            "id": 42, "title": "01-seq2seq", "due_date": "2026-12-01T23:59:00Z",
+            "total_points": "18.0"},
+        "users": [{"email": "student@example.edu", "id": 7, "name": "A Student"}],
+        "previous_submissions": [{"submission_time": "2026-11-26T09:00:00Z", "score": "7.0",
+                                  "results": {"score": 7.0, "tests": [{
+                                      "name": "greedy_decode", "score": 0, "max_score": 3,
+                                      "visibility": "after_published",
+                                      "output": f"case 2: wrong shape {METADATA_MARKER}"}]}}],
+    }))
+    path.chmod(0o644)
+
+
+def visible_fields(data: dict) -> list[tuple[str, object]]:
+    """``(where, value)`` of every field of a results.json that a student sees before the
+    grades are published (Gradescope's documented visibility: a test's own ``visibility``, else
+    the top level's, default ``visible``; ``stdout`` only with ``stdout_visibility: visible``).
+    ``extra_data`` (stored, not shown) is counted as well, to be strict."""
+    top = data.get("visibility", "visible")
+    out: list[tuple[str, object]] = []
+    if top == "visible":
+        out += [(k, v) for k, v in data.items() if k != "tests"]
+    for i, t in enumerate(data.get("tests", [])):
+        if t.get("visibility", top) == "visible":
+            out += [(f"tests[{i}].{k}", v) for k, v in t.items()]
+    return out
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def hidden_outcomes(data: dict) -> list[str]:
+    """What the scored (hidden tests') entries say that only publication may show: each
+    exercise's points line (``3 / 3 points: passed``) and the hidden tests' messages."""
+    found = []
+    for t in data["tests"]:
+        if t["max_score"] == 0:
+            continue
+        lines = t["output"].splitlines()
+        found.append(lines[0])
+        if "All hidden test cases passed." in lines:
+            found.append("All hidden test cases passed.")
+        if "Hidden tests:" in lines:
+            for line in lines[lines.index("Hidden tests:") + 1:]:
+                if not line.startswith("  "):
+                    break
+                found.append(line.strip())
+    return found
+
+
+def assert_nothing_hidden_is_visible(data: dict, hidden: list[str] | None = None,
+                                     when: str = "after_published") -> None:
+    """No field visible before publication holds a total or a hidden test's outcome: no
+    top-level ``score``, visible tests worth 0 of 0, the scored tests all ``when``, the stdout
+    hidden, and no visible text holds the total, an exercise's points or a hidden message
+    (``hidden``: more strings known to be hidden, such as the judge's messages)."""
+    scored = [t for t in data["tests"] if t["max_score"] > 0]
+    if data.get("extra_data", {}).get("status", "graded") != "graded" or not scored:
+        return  # could not grade: 0 everywhere and the reason, nothing hidden ran
+    assert {t["visibility"] for t in scored} == {when}, [t["name"] for t in scored]
+    assert data.get("stdout_visibility") == "hidden"
+    assert "score" not in data, "a top-level score is the total, shown before publication"
+    total = sum(t["score"] for t in scored)
+    top = sum(t["max_score"] for t in scored)
+    secrets = [s for s in [*hidden_outcomes(data), *(hidden or [])] if len(s) >= 8]
+    patterns = [re.compile(rf"(?<![\d.]){re.escape(f'{total:g}')}\s*(/|of|out of)\s*"
+                           rf"{re.escape(f'{top:g}')}(?![\d.])"),
+                re.compile(r"(?i)\bgraded:\s*\d"),
+                re.compile(r"(?i)\btotal\b[^\n]*\d+(\.\d+)?\s*points?\b")]
+    for where, value in visible_fields(data):
+        if where.startswith("tests[") and where.endswith((".score", ".max_score")):
+            assert value == 0, (where, value)  # a visible test adds nothing to the total
+        for text in _strings(value):
+            for secret in secrets:
+                assert secret not in text, (where, secret)
+            for pattern in patterns:
+                assert not pattern.search(text), (where, pattern.pattern, text[:300])
+
+
 def check_against(name: str, data: dict, expected: dict, spec) -> None:
-    """results.json of Gradescope validates and carries exactly the hardened engine's points."""
-    from autograder.gradescope import RESULTS_SCHEMA
+    """results.json of Gradescope validates, carries exactly the hardened engine's points and
+    shows nothing hidden before publication."""
+    from autograder.gradescope import RESULTS_SCHEMA, total_score
 
     jsonschema.validate(data, RESULTS_SCHEMA)
-    assert data["score"] == expected["total"], (name, data["output"])
+    assert total_score(data) == expected["total"], (name, data["output"])
+    assert METADATA_MARKER not in json.dumps(data)
+    assert_nothing_hidden_is_visible(data)
     scored = [t for t in data["tests"] if t["max_score"] > 0]
     assert [t["name"] for t in scored] == [ex.name for ex in spec.exercises]
     got = {ex.exercise_id: t["score"] for ex, t in zip(spec.exercises, scored)}
     assert got == expected["points"], (name, [t["output"][:300] for t in scored])
-    assert sum(t["score"] for t in data["tests"]) == data["score"]
     for ex, t in zip(spec.exercises, scored):
         hidden = ex.hidden_test.strip()
         assert hidden not in t["output"], "the hidden test code leaked into the feedback"
@@ -160,7 +269,7 @@ def check_against(name: str, data: dict, expected: dict, spec) -> None:
         assert {t["visibility"] for t in data["tests"] if t["max_score"] == 0} == {"visible"}
         assert len(data["tests"]) == 2 * len(spec.exercises)
     else:
-        assert data["score"] == 0 and "Could not grade" in data["output"]
+        assert total_score(data) == 0 and "Could not grade" in data["output"]
         assert all(t["visibility"] == "visible" for t in data["tests"])
 
 
@@ -235,6 +344,195 @@ def test_the_notebook_is_found_whatever_its_name(tmp_path: Path) -> None:
     assert find_notebook(tmp_path, "seq2seq")[0].name == "Copy of seq2seq.ipynb"
 
 
+def partial_graded(chapter, hidden_marker: str = "HIDDEN-VERDICT"):
+    """A :class:`platform_common.Graded` of a partial submission of ``chapter``, made up
+    without running anything: even exercises pass, odd ones pass their visible tests but fail
+    hidden cases (messages holding ``hidden_marker``), the last one never ran (no visible
+    log, a message only); ``(graded, the hidden messages)``."""
+    from autograder.chapter_spec import load_chapter_spec
+    from autograder.platform_common import Graded
+    from autograder.results import CellLog, ExerciseOutcome, GradeResult
+
+    spec = load_chapter_spec(chapter.slug, chapter.exercises, chapter.source, chapter.release)
+    result = GradeResult.new("submission", chapter.release.name, "0" * 64, spec.source_sha,
+                             "hardened", spec.max_total)
+    result.notes.append("the notebook's format was upgraded")
+    messages = []
+    last = len(spec.exercises) - 1
+    for i, ex in enumerate(spec.exercises):
+        logs = [CellLog("your cell 3 (solution)", "def f(): ...", f"printed by cell {i}", None)]
+        if i != last:
+            logs.append(CellLog("visible tests", ex.visible_test, f"visible {i} ok", None))
+        if i % 2 == 0 and i != last:
+            out = ExerciseOutcome(ex.exercise_id, ex.points, ex.points, "passed", [], [], logs)
+        else:
+            msg = [f"case {i + 2} (hidden case {i}): largest error 0.37 at (1, 2) "
+                   f"{hidden_marker}-{i}"]
+            messages += msg
+            out = ExerciseOutcome(ex.exercise_id, 0.0, ex.points, "failed", msg,
+                                  [f"your cell 3 (solution): note {i}"], logs)
+        result.exercises[ex.exercise_id] = out
+    result.finish({ex.exercise_id: ex.points for ex in spec.exercises})
+    assert 0 < result.total < result.max_total
+    bundle = {"chapter": chapter.slug, "stem": chapter.stem, "commit": "c0ffee" * 7,
+              "settings": {}}
+    return Graded(result, spec, "fallback", 12.5, bundle, {"grader": 300.0}), messages
+
+
+@pytest.mark.parametrize("when", ["after_published", "after_due_date"])
+def test_nothing_visible_before_publication_tells_hidden_outcomes_or_a_total(when: str) -> None:
+    """Every chapter, a partial submission: every field a student sees before the grades are
+    published (or before the due date, with ``--hidden-tests after_due_date``) is free of the
+    total and of every hidden test's outcome; the visible tests' entries say what the visible
+    tests did, even where the hidden ones failed."""
+    from autograder.gradescope import RESULTS_SCHEMA, results_json, total_score
+    from coursebook.chapters import all_chapters
+
+    for chapter in all_chapters():
+        graded, messages = partial_graded(chapter)
+        data = results_json(graded, when)
+        jsonschema.validate(data, RESULTS_SCHEMA)
+        assert total_score(data) == graded.result.total
+        assert_nothing_hidden_is_visible(data, messages, when)
+        dump = json.dumps([v for _, v in visible_fields(data)])
+        assert "HIDDEN-VERDICT" not in dump and "printed by cell" not in dump
+        assert "HIDDEN-VERDICT" in json.dumps(data)  # the scored entries keep them
+        spec = graded.spec
+        last = len(spec.exercises) - 1
+        for i, ex in enumerate(spec.exercises):
+            visible = next(t for t in data["tests"] if t["name"] == f"{ex.name}: visible tests")
+            assert visible["visibility"] == "visible"
+            assert visible["status"] == ("failed" if i == last else "passed"), chapter.slug
+            if i != last:
+                assert f"visible {i} ok" in visible["output"]
+        when_text = {"after_published": "publishes the grades",
+                     "after_due_date": "after the due date"}[when]
+        assert when_text in data["output"]
+
+
+def test_the_checker_catches_what_it_must() -> None:
+    """The visibility check itself fails on the leaks it is there for (the old layout)."""
+    from autograder.gradescope import results_json
+
+    graded, messages = partial_graded(find_chapter(CHAPTER))
+    good = results_json(graded)
+    r = graded.result
+    leaks = {
+        "total in the output": lambda d: d.update(
+            output=d["output"] + f"\nGraded: {r.total:g} / {r.max_total:g} points"),
+        "top-level score": lambda d: d.update(score=r.total),
+        "scored test visible": lambda d: d["tests"][0].update(visibility="visible"),
+        "hidden message in a visible test": lambda d: d["tests"][3].update(
+            output=d["tests"][3]["output"] + "\n" + messages[0]),
+        "stdout shown": lambda d: d.update(stdout_visibility="visible"),
+        "visible test scored": lambda d: d["tests"][1].update(score=1.0, max_score=1.0),
+    }
+    for name, leak in leaks.items():
+        data = json.loads(json.dumps(good))
+        leak(data)
+        try:
+            assert_nothing_hidden_is_visible(data, messages)
+        except AssertionError:
+            continue
+        pytest.fail(f"the check missed: {name}")
+    assert_nothing_hidden_is_visible(good, messages)
+
+
+def test_hidden_tests_after_the_due_date_is_an_option_of_the_zip(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """``--hidden-tests after_due_date`` is stored in bundle.json and ``run`` uses it; the
+    bundle and ``submission_metadata.json`` are what the runner locks."""
+    from autograder import platform_common
+    from autograder.cli import main
+    from autograder.gradescope import run
+
+    out = tmp_path / "zip"
+    assert main(["gradescope", CHAPTER, "--out", str(out), "--allow-dirty",
+                 "--hidden-tests", "after_due_date"]) == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(out / f"{CHAPTER}-gradescope.zip") as z:
+        z.extractall(root / "source")
+    assert json.loads((root / "source" / "bundle.json").read_text())["settings"][
+        "hidden_tests"] == "after_due_date"
+    (root / "submission").mkdir()
+    (root / "submission" / "seq2seq (1).ipynb").write_text("{}")
+    graded, messages = partial_graded(find_chapter(CHAPTER))
+    seen = {}
+
+    def fake_grade_file(course, bundle, notebook, missing_reason="", lock=None, runner=None):
+        seen.update(notebook=notebook, lock=lock)
+        return graded
+    monkeypatch.setattr(platform_common, "grade_file", fake_grade_file)
+    monkeypatch.syspath_prepend(str(root / "source" / "course"))
+    assert run(root) == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert_nothing_hidden_is_visible(data, messages, "after_due_date")
+    assert seen["notebook"].name == "seq2seq (1).ipynb"
+    assert seen["lock"] == [root / "source", root / "submission_metadata.json"]
+    with pytest.raises(SystemExit):
+        main(["gradescope", CHAPTER, "--out", str(out), "--hidden-tests", "visible"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the lock changes owners: root only")
+def test_the_fallback_locks_the_submission_metadata_from_the_sandbox_uid() -> None:
+    """Gradescope's ``submission_metadata.json`` (world-readable, another owner): after the
+    fallback runner's lock, the sandbox's uid cannot read it, nor the bundle."""
+    import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="gs-lock-", dir="/tmp"))  # pytest's is 0700
+    try:
+        _check_the_lock(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _check_the_lock(tmp_path: Path) -> None:
+    from autograder.platform_common import _lock
+    from autograder.run.sandbox import slot_uid
+
+    tmp_path.chmod(0o755)
+    meta = tmp_path / "submission_metadata.json"
+    write_metadata(meta)
+    os.chown(meta, 1234, 1234)
+    source = tmp_path / "source"
+    (source / "course").mkdir(parents=True)
+    (source / "course" / "secret.txt").write_text("solutions")
+    for p in (source, source / "course"):
+        p.chmod(0o755)
+    (source / "course" / "secret.txt").chmod(0o644)
+    uid = slot_uid(0)
+
+    def read_as_sandbox(path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+                               "--clear-groups", "cat", str(path)], capture_output=True,
+                              text=True, timeout=30)
+    assert METADATA_MARKER in read_as_sandbox(meta).stdout  # readable before: the hole
+    _lock([source, meta])
+    for path in (meta, source / "course" / "secret.txt"):
+        proc = read_as_sandbox(path)
+        assert proc.returncode != 0 and "Permission denied" in proc.stderr, path
+        assert METADATA_MARKER not in proc.stdout
+    assert meta.stat().st_uid == 0 and meta.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_bubblewrap_sandbox_holds_no_autograder_folder(tmp_path: Path) -> None:
+    """The bubblewrap runner's command line binds nothing of ``/autograder`` (the bundle, the
+    submission metadata) into the sandbox, whatever the grading environment."""
+    from autograder.run.sandbox import Limits, bwrap_command
+
+    course = tmp_path / "sandbox-course"
+    course.mkdir()
+    args = bwrap_command(course, 0, Limits(), 3, 4)
+    binds = {"--bind", "--ro-bind", "--bind-try", "--ro-bind-try", "--dev-bind",
+             "--dev-bind-try", "--file", "--bind-data", "--ro-bind-data"}
+    for i, arg in enumerate(args[:-1]):
+        if arg in binds:
+            src, dest = args[i + 1], args[i + 2]
+            for path in (src, dest):
+                assert not path.startswith("/autograder"), (arg, src, dest)
+    assert all(not a.startswith("/autograder") for a in args)
+
+
 @pytest.mark.parametrize("what", ["truncated", "none", "not-json"])
 def test_an_ungradable_file_gives_zero_and_the_reason(tmp_path: Path, gradescope_zip: Path,
                                                       what: str, monkeypatch) -> None:
@@ -254,7 +552,7 @@ def test_an_ungradable_file_gives_zero_and_the_reason(tmp_path: Path, gradescope
     assert run(root) == 0
     data = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(data, RESULTS_SCHEMA)
-    assert data["score"] == 0 and data["tests"]
+    assert "score" not in data and data["tests"]
     assert all(t["score"] == 0 and t["visibility"] == "visible" for t in data["tests"])
     reason = {"truncated": "JSON", "none": "no .ipynb", "not-json": "UTF-8"}[what]
     assert "Could not grade" in data["output"] and reason in data["output"], data["output"]
@@ -269,6 +567,7 @@ def test_a_grader_crash_still_writes_results_json(tmp_path: Path) -> None:
     data = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(data, RESULTS_SCHEMA)
     assert data["score"] == 0 and "the grader failed" in data["output"]
+    assert "Error" not in data["output"]  # the details go to the (hidden) stdout only
 
 
 # ----------------------------------------------------------------------------------- slow
@@ -315,6 +614,43 @@ def test_where_namespaces_can_be_made_the_bubblewrap_runner_grades(
                                  docker_caps=False)
         check_against(name, results, grades[name], chapter_spec)
         assert results["extra_data"]["runner"] == "bubblewrap"
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("platform-gradescope")
+@pytest.mark.parametrize("runner", ["fallback", "bubblewrap"])
+def test_student_code_cannot_read_the_submission_metadata(gradescope_zip: Path, chapter_spec,
+                                                          tmp_path: Path, runner: str) -> None:
+    """A partial submission whose first solution cell reads
+    ``/autograder/submission_metadata.json`` and prints it: the fallback runner has made it
+    root's before the cell runs (permission denied), the bubblewrap sandbox has no
+    ``/autograder`` at all (no such file); the points are the partial file's, and nothing of
+    the metadata comes back."""
+    from autograder.gradescope import total_score
+    from tests.test_autograder_chapters import _copies
+
+    text, points = _copies(find_chapter(CHAPTER), chapter_spec)["partial"]
+    nb = json.loads(text)
+    first = chapter_spec.exercises[0]
+    assert points[first.exercise_id] > 0  # solved in the partial file: its cell runs
+    cell = next(c for c in nb["cells"]
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                == first.solution_grade_id)
+    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    cell["source"] = SNOOP + source
+    data = run_gradescope(gradescope_zip, tmp_path, f"snoop-{runner}", "seq2seq.ipynb",
+                          json.dumps(nb).encode(), Path(sys.prefix),
+                          docker_caps=runner == "fallback")
+    assert data["extra_data"]["runner"] == runner
+    dump = json.dumps(data)
+    assert METADATA_MARKER not in dump and "METADATA READ" not in dump
+    error = "PermissionError" if runner == "fallback" else "FileNotFoundError"
+    assert f"METADATA BLOCKED {error}" in dump, [t["output"][:500] for t in data["tests"]]
+    scored = [t for t in data["tests"] if t["max_score"] > 0]
+    assert {ex.exercise_id: t["score"] for ex, t in zip(chapter_spec.exercises, scored)} == points
+    assert total_score(data) == sum(points.values())
+    assert_nothing_hidden_is_visible(data)
 
 
 @needs_bwrap
