@@ -61,9 +61,11 @@ def _add_platforms(sub: argparse._SubParsersAction) -> None:
                            default="after_published", help="when students see each exercise's "
                            "points and hidden tests' results (default: when you publish grades)")
         if name == "prairielearn":
-            p.add_argument("--image", help="grader image named in info.json")
-            p.add_argument("--timeout", type=int, default=600,
-                           help="PrairieLearn's grading timeout")
+            p.add_argument("--image", help="grader image named in info.json (required: "
+                           "yourorg/name:tag, pushed where PrairieLearn can pull it)")
+            p.add_argument("--timeout", type=int, default=prairielearn.MAX_TIMEOUT,
+                           help="PrairieLearn's grading timeout in seconds (at most "
+                           f"{prairielearn.MAX_TIMEOUT})")
         _add_root(p)
 
 
@@ -80,7 +82,8 @@ def build_platform(args: argparse.Namespace) -> int:
     """``gradescope|prairielearn CHAPTER --out DIR``: write the platform's bundle.
 
     Returns:
-        0, or 2 when the bundle cannot be made (a dirty tree without ``--allow-dirty``).
+        0, or 2 when the bundle cannot be made (a dirty tree without ``--allow-dirty``, a
+        PrairieLearn question without ``--image`` or with a timeout over the platform's).
     """
     try:
         chapter = find_chapter(args.chapter, args.root.resolve())

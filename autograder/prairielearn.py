@@ -1,5 +1,5 @@
-"""``python -m autograder prairielearn CHAPTER --out DIR``: a PrairieLearn externally graded
-question.
+"""``python -m autograder prairielearn CHAPTER --out DIR --image IMAGE``: a PrairieLearn
+externally graded question.
 
 ``DIR/<chapter>/`` is a question directory (copy it under ``questions/`` of the PrairieLearn
 course):
@@ -14,6 +14,25 @@ course):
 and ``DIR/<chapter>-grader-image/Dockerfile`` builds the grader image (``setup.sh`` into
 ``/opt/course-venv``) that ``info.json`` names.
 
+What PrairieLearn documents and this module relies on (docs.prairielearn.com; the
+repository's ``docs/externalGrading.md``, ``docs/dockerImages.md``,
+``docs/elements/pl-file-upload.md``):
+
+* ``externalGradingOptions.image`` is required ("any image specification that is understood by
+  ``docker pull``") and must be public on Docker Hub, ``ghcr.io``, ``quay.io``,
+  ``registry.gitlab.com`` or ``public.ecr.aws``, without a port (:data:`REGISTRIES`): there is
+  no image anyone could pull by default, so ``--image`` is required and checked;
+* ``timeout`` "cannot exceed 600 seconds (10 minutes)" (:data:`MAX_TIMEOUT`): a larger one is
+  refused, and so is one that leaves the notebook's own time limit no room;
+* images must be built for ``linux/amd64`` (``docker build --platform linux/amd64``; Apple
+  silicon builds ``linux/arm64`` by default), pushed, then synced: the course's **Sync** page,
+  **Docker images**, **Sync** for the image;
+* ``pl-file-upload``'s ``file-patterns`` takes fnmatch globs, exactly one file per pattern:
+  the question asks for ``*<stem>*.ipynb`` (:func:`upload_pattern`), so Colab's downloads
+  (``seq2seq (1).ipynb``, ``Copy of seq2seq.ipynb``) are accepted as they are, and the grader
+  takes the uploaded file that matches the same pattern (``bundle.json``'s
+  ``settings.upload_pattern``); uploads are capped at 5 MB per answer.
+
 PrairieLearn's layout in the grader container: ``/grade/data/data.json`` (the submission's
 data), ``/grade/student/`` (the uploaded files), ``/grade/tests/``, and the entrypoint writes
 ``/grade/results/results.json``: ``gradable``, ``score`` in [0, 1], ``message``, ``output``,
@@ -25,8 +44,12 @@ student's attempt is not counted), ``tests[]`` with ``name``, ``description``, `
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import glob
 import html
 import json
+import os
+import re
 import shutil
 import sys
 import time
@@ -56,7 +79,10 @@ exit 0
 """
 
 DOCKERFILE = """# The grader image of {chapter}'s PrairieLearn question (course commit {commit}).
-# docker build -t {image} . && docker push {image}
+# Build it for linux/amd64 (PrairieLearn runs only that; Apple silicon builds arm64 by default),
+# push it, then in PrairieLearn: the course's Sync page, "Docker images", Sync for {image}.
+#   docker build --platform linux/amd64 -t {image} .
+#   docker push {image}
 FROM ubuntu:24.04
 RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \\
       python3 python3-venv bubblewrap util-linux ca-certificates && rm -rf /var/lib/apt/lists/*
@@ -64,6 +90,110 @@ COPY setup.sh requirements-grading.txt constraints.txt /setup/
 COPY course /setup/course
 RUN bash /setup/setup.sh && rm -rf /setup /root/.cache/pip
 """
+
+#: PrairieLearn's ceiling on ``externalGradingOptions.timeout`` (docs/externalGrading.md: "This
+#: value cannot exceed 600 seconds (10 minutes)").
+MAX_TIMEOUT = 600
+#: Seconds the grading timeout keeps beyond the notebook's own limit (the container's start,
+#: reading the bundle, every reference output).
+TIMEOUT_MARGIN = 60
+#: The registries PrairieLearn pulls grader images from (docs/dockerImages.md, "Supported
+#: registries"); Docker Hub names have no host.
+REGISTRIES = ("docker.io", "index.docker.io", "registry-1.docker.io", "ghcr.io", "quay.io",
+              "registry.gitlab.com", "public.ecr.aws")
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:(?P<host>[A-Za-z0-9.-]+\.[A-Za-z0-9.-]+(?::[0-9]+)?|localhost"
+                    rf"(?::[0-9]+)?)/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+                    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+                    r"(?:@sha256:[0-9a-f]{64})?")
+
+
+def check_image(image: str | None) -> str:
+    """``image`` if PrairieLearn can pull it, else a :class:`BundleError` that says why.
+
+    Example:
+        >>> check_image("yourorg/attention-grader:2026a")
+        'yourorg/attention-grader:2026a'
+        >>> check_image("registry.example.edu:5000/grader:1")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        autograder.platform_common.BundleError: ... PrairieLearn pulls only from Docker Hub ...
+    """
+    from autograder.platform_common import BundleError  # see run()
+
+    if not image:
+        raise BundleError("--image is required: the grader image info.json names, such as "
+                          "yourorg/attention-grader:2026a (build it from the question's "
+                          "-grader-image/ folder with docker build --platform linux/amd64, "
+                          "push it to Docker Hub or another registry PrairieLearn pulls from, "
+                          "then Sync it on the course's Sync page, under Docker images)")
+    m = _IMAGE.fullmatch(image)
+    if m is None:
+        raise BundleError(f"--image {image!r} is not an image name docker can pull "
+                          "(lower-case yourorg/name:tag)")
+    host = m.group("host")
+    if host is not None and host.lower() not in REGISTRIES:
+        raise BundleError(f"--image {image}: PrairieLearn pulls only from Docker Hub "
+                          "(yourorg/name:tag), ghcr.io, quay.io, registry.gitlab.com or "
+                          "public.ecr.aws, without a port")
+    return image
+
+
+def check_timeout(timeout: int, notebook_timeout: float) -> int:
+    """``timeout`` if PrairieLearn accepts it and it leaves the notebook its time, else a
+    :class:`BundleError` that says why.
+
+    Example:
+        >>> check_timeout(600, 300.0)
+        600
+    """
+    from autograder.platform_common import BundleError  # see run()
+
+    if not 1 <= timeout <= MAX_TIMEOUT:
+        raise BundleError(f"--timeout {timeout}: PrairieLearn's external grading timeout is "
+                          f"1 to {MAX_TIMEOUT} seconds (it cannot exceed 10 minutes)")
+    if timeout < notebook_timeout + TIMEOUT_MARGIN:
+        raise BundleError(f"--timeout {timeout} leaves no room for the notebook's own limit "
+                          f"(--notebook-timeout {notebook_timeout:g} s plus {TIMEOUT_MARGIN} s "
+                          "to start and compute the references): raise --timeout (at most "
+                          f"{MAX_TIMEOUT}) or lower --notebook-timeout")
+    return timeout
+
+
+def upload_pattern(stem: str) -> tuple[str, str]:
+    """``(attribute, glob)``: the ``file-patterns`` value of the question's upload (special
+    characters escaped with a backslash, as PrairieLearn asks) and the same pattern as an
+    :mod:`fnmatch` glob for the grader.
+
+    Example:
+        >>> attr, pattern = upload_pattern("seq2seq")
+        >>> attr, fnmatch.fnmatchcase("seq2seq (1).ipynb", pattern)
+        ('*seq2seq*.ipynb', True)
+    """
+    escaped = re.sub(r"([\\*?\[\],])", r"\\\1", stem)
+    return f"*{escaped}*.ipynb", f"*{glob.escape(stem)}*.ipynb"
+
+
+def find_upload(folder: Path, pattern: str) -> Path | None:
+    """The one regular file directly in ``folder`` (PrairieLearn's ``/grade/student``) whose
+    name matches ``pattern`` (case-sensitive, as ``file-patterns`` is), or ``None`` when none or
+    several do; links are never followed.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "seq2seq (1).ipynb").write_text("{}")
+        >>> find_upload(d, upload_pattern("seq2seq")[1]).name
+        'seq2seq (1).ipynb'
+    """
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    found = [Path(e.path) for e in entries
+             if e.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(e.name, pattern)]
+    return found[0] if len(found) == 1 else None
+
 
 #: PrairieLearn's external grader results.json, as its documentation describes it (written
 #: from that description).
@@ -98,19 +228,29 @@ RESULTS_SCHEMA: dict[str, Any] = {
 
 
 def build(chapter: Chapter, out: Path, allow_dirty: bool = False, image: str | None = None,
-          timeout: int = 600, settings: dict | None = None) -> Path:
-    """Write the question directory ``out/<chapter>/`` and ``out/<chapter>-grader-image/``."""
+          timeout: int = MAX_TIMEOUT, settings: dict | None = None) -> Path:
+    """Write the question directory ``out/<chapter>/`` and ``out/<chapter>-grader-image/``.
+
+    Raises:
+        platform_common.BundleError: no ``image`` or one PrairieLearn cannot pull
+            (:func:`check_image`), a ``timeout`` over PrairieLearn's 600 s or under the
+            notebook's own limit (:func:`check_timeout`), or a dirty tree without
+            ``allow_dirty``.
+    """
     from autograder.platform_common import write_bundle  # see run()
 
+    image = check_image(image)
+    timeout = check_timeout(int(timeout), float((settings or {}).get("notebook_timeout", 300.0)))
+    attribute, pattern = upload_pattern(chapter.stem)
     qdir = out / chapter.slug
     if qdir.exists():
         shutil.rmtree(qdir)
     tests = qdir / "tests"
-    info = write_bundle(chapter, tests, allow_dirty, settings)
+    info = write_bundle(chapter, tests, allow_dirty, {**(settings or {}),
+                                                       "upload_pattern": pattern})
     run = tests / "run.sh"
     run.write_text(RUN_SH)
     run.chmod(0o755)
-    image = image or f"attention-course/grader:{info['commit'][:12]}"
     (qdir / "clientFilesQuestion").mkdir()
     if chapter.release.exists():
         shutil.copy2(chapter.release, qdir / "clientFilesQuestion" / chapter.release.name)
@@ -120,16 +260,18 @@ def build(chapter: Chapter, out: Path, allow_dirty: bool = False, image: str | N
         "topic": chapter.slug, "tags": ["notebook", "autograded"], "type": "v3",
         "singleVariant": True, "gradingMethod": "External",
         "externalGradingOptions": {"enabled": True, "image": image,
-                                   "entrypoint": "/grade/tests/run.sh", "timeout": int(timeout)},
+                                   "entrypoint": "/grade/tests/run.sh", "timeout": timeout},
     }, indent=2) + "\n")
     name = html.escape(chapter.release.name)
+    stem = html.escape(chapter.stem)
     (qdir / "question.html").write_text(f"""<pl-question-panel>
   <p>Work through the exercises of <b>{html.escape(chapter.slug)}</b> in the notebook
   (<a href="{{{{options.client_files_question_url}}}}/{name}">download the blank notebook</a>,
-  or use your Colab copy), then upload it here as <code>{name}</code> (rename a Colab download
-  such as <code>{html.escape(chapter.stem)} (1).ipynb</code>). Each exercise is graded by hidden
-  tests; a file that cannot be read is returned without using an attempt.</p>
-  <pl-file-upload file-names="{name}"></pl-file-upload>
+  or use your Colab copy), then upload it here: one <code>.ipynb</code> file whose name holds
+  <code>{stem}</code>, such as <code>{name}</code> or Colab's <code>{stem} (1).ipynb</code>, at
+  most 5 MB (clear large outputs first). Each exercise is graded by hidden tests; a file that
+  cannot be read is returned without using an attempt.</p>
+  <pl-file-upload file-patterns="{html.escape(attribute)}"></pl-file-upload>
 </pl-question-panel>
 
 <pl-submission-panel>
@@ -185,7 +327,11 @@ def run(root: Path) -> int:
 
         course = root / "tests" / "course"
         bundle = read_bundle(course)
-        notebook, note = find_notebook(root / "student", bundle["stem"])
+        # the file the question's file-patterns accepted; else any .ipynb (an older question)
+        pattern = bundle.get("settings", {}).get("upload_pattern")
+        uploaded = find_upload(root / "student", pattern) if pattern else None
+        notebook, note = ((uploaded, "") if uploaded is not None
+                          else find_notebook(root / "student", bundle["stem"]))
         graded = grade_file(course, bundle, notebook, missing_reason=note,
                             lock=[root / "tests", root / "data"])
         if notebook is not None and note:
