@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autograder.cli import main as cli_main  # noqa: E402
+from autograder.gradescope import total_score  # noqa: E402
 from coursebook.chapters import all_chapters, find_chapter  # noqa: E402
 from tests.test_autograder_gradescope import run_gradescope  # noqa: E402
 
@@ -52,11 +53,11 @@ def main() -> int:
             seconds = time.time() - t0
         extra = data.get("extra_data", {})
         mem = extra.get("peak_rss_mb", {})
-        row = {"chapter": chapter.slug, "seconds": round(seconds, 1), "score": data["score"],
+        row = {"chapter": chapter.slug, "seconds": round(seconds, 1), "score": total_score(data),
                "max": extra.get("max_total"), "runner": extra.get("runner"), **{
                    f"{k}_mib": v for k, v in mem.items()}}
         rows.append(row)
-        print(f"{chapter.slug:24} {seconds:8.1f} {data['score']:>4g} / {row['max'] or 0:<3g} "
+        print(f"{chapter.slug:24} {seconds:8.1f} {row['score']:>4g} / {row['max'] or 0:<3g} "
               f"{mem.get('grader', 0):11.0f} {mem.get('kernel', 0):11.0f} "
               f"{mem.get('sum', 0):8.0f}  {row['runner']}", flush=True)
     if args.json:
