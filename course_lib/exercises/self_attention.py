@@ -81,7 +81,69 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any = None,
     return weights @ v, weights
 
 
-# 1. scaled_dot_product_attention --------------------------------------------------------------
+# 1. score_variance ----------------------------------------------------------------------------
+def score_variance(d_k: int, var_q: float = 1.0, var_k: float = 1.0, mean_q: float = 0.0,
+                   mean_k: float = 0.0) -> float:
+    r"""Reference: :math:`\mathrm{Var}(q \cdot k)` for independent entries of the given moments.
+
+    Each term :math:`q_i k_i` has variance :math:`E[q_i^2] E[k_i^2] - (E q_i E k_i)^2`; the
+    :math:`d_k` terms are independent, so their variances add.
+    """
+    per_term = (var_q + mean_q ** 2) * (var_k + mean_k ** 2) - (mean_q * mean_k) ** 2
+    return float(d_k * per_term)
+
+
+def _variance_cases() -> list[Case]:
+    def moments(seed: int, d_k: tuple[int, int], spread: bool, means: str) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            draw = torch.rand(4, generator=gen(seed), dtype=f64)
+            var_q, var_k = ((0.1 + 3.9 * draw[:2]).tolist() if spread else (1.0, 1.0))
+            m = (-2.0 + 4.0 * draw[2:]).tolist()
+            mean_q = m[0] if means in ("query", "both") else 0.0
+            mean_k = m[1] if means in ("key", "both") else 0.0
+            return {"d_k": pick(seed + 1, *d_k), "var_q": round(var_q, 3),
+                    "var_k": round(var_k, 3), "mean_q": round(mean_q, 3),
+                    "mean_k": round(mean_k, 3)}
+        return inputs
+
+    return [
+        Case("unit-variance, zero-mean entries", moments(500, (2, 4096), False, "none")),
+        Case("zero-mean entries of other variances", moments(510, (2, 1024), True, "none")),
+        Case("a single dimension, entries with means", moments(520, (1, 1), True, "both")),
+        Case("keys with a common mean, zero-mean queries", moments(530, (2, 512), True, "key")),
+        Case("queries with a common mean, zero-mean keys", moments(540, (2, 512), True,
+                                                                   "query")),
+        Case("queries and keys both with means", moments(550, (2, 2048), True, "both")),
+    ]
+
+
+def _variance_slip(kind: str) -> Callable[..., float]:
+    def variance(d_k: int, var_q: float = 1.0, var_k: float = 1.0, mean_q: float = 0.0,
+                 mean_k: float = 0.0) -> float:
+        if kind == "no_means":
+            per_term = var_q * var_k
+        elif kind == "second_moments":
+            per_term = (var_q + mean_q ** 2) * (var_k + mean_k ** 2)
+        else:  # written out: a slip never calls the reference
+            per_term = var_q * var_k + var_q * mean_k ** 2 + mean_q ** 2 * var_k
+        total = {"d_k_squared": d_k * d_k, "one_term": 1}.get(kind, d_k) * per_term
+        return float(math.sqrt(total) if kind == "std" else total)
+    return variance
+
+
+_VARIANCE_SLIPS = (
+    Slip("the means matter: a product q_i k_i of variables with non-zero means varies more "
+         "than var_q * var_k", _variance_slip("no_means")),
+    Slip("E[q_i^2] E[k_i^2] is the second moment of q_i k_i, not its variance: subtract the "
+         "square of its mean", _variance_slip("second_moments")),
+    Slip("return the variance, not the standard deviation", _variance_slip("std")),
+    Slip("q . k is a sum of d_k terms: their variances add up", _variance_slip("one_term")),
+    Slip("the d_k terms are independent: the variance of their sum grows like d_k, not d_k^2",
+         _variance_slip("d_k_squared")),
+)
+
+
+# 2. scaled_dot_product_attention --------------------------------------------------------------
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  mask: torch.Tensor | None = None,
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,7 +235,7 @@ _SDPA_SLIPS = (
 )
 
 
-# 2. cached_attention_step ---------------------------------------------------------------------
+# 3. cached_attention_step ---------------------------------------------------------------------
 def _step_cases() -> list[Case]:
     def step(seed: int, B: int, t: int, d_model: int, d_k: int, d_v: int, dtype: torch.dtype,
              scale: float = 1.0) -> dict[str, Any]:
@@ -245,8 +307,8 @@ def _step_old_caches(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v:
 _STEP_SLIPS = (
     Slip("weights are shaped (out, in) and applied as x @ w.T (nn.Linear's convention); you "
          "applied x @ w", _step_x_at_w),
-    Slip("the new token must attend to itself too: append its key and value to the caches "
-         "before attending", _step_not_itself),
+    Slip("the output of the new token is not equation (eq-cache-step) at its position: check "
+         "over which keys and values it attends", _step_not_itself),
     Slip("divide the scores by sqrt(d_k), the size of the keys, not by sqrt(d_model)",
          _step_by_d_model),
     Slip("append the new key and value at the end of the caches (position t), after the "
@@ -256,7 +318,7 @@ _STEP_SLIPS = (
 )
 
 
-# 3. kv_cache_cost (question) ------------------------------------------------------------------
+# 4. kv_cache_cost (question) ------------------------------------------------------------------
 _KV_CACHE_COST = Question(
     id="self_attention.kv_cache_cost", choices="abcd",
     hint=("count step by step: how many scores does step t compute with the cache (its one "
@@ -264,7 +326,7 @@ _KV_CACHE_COST = Question(
           "Sum each count over t = 1..T"))
 
 
-# 4. multi_head_attention ----------------------------------------------------------------------
+# 5. multi_head_attention ----------------------------------------------------------------------
 def multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
                          w_o: torch.Tensor, n_heads: int, mask: torch.Tensor | None = None,
@@ -380,7 +442,7 @@ _MHA_SLIPS = (
 )
 
 
-# 5. sinusoidal_encoding -----------------------------------------------------------------------
+# 6. sinusoidal_encoding -----------------------------------------------------------------------
 def sinusoidal_encoding(n_positions: int, d_model: int,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Reference: ``(n_positions, d_model)`` in ``dtype``."""
@@ -431,7 +493,7 @@ _PE_SLIPS = (
 )
 
 
-# 6. relative_position_map ---------------------------------------------------------------------
+# 7. relative_position_map ---------------------------------------------------------------------
 def relative_position_map(shift: int, d_model: int,
                           dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Reference: ``(d_model, d_model)`` matrix ``M`` with ``pe[t + shift] == M @ pe[t]``."""
@@ -480,7 +542,7 @@ _MAP_SLIPS = (
 )
 
 
-# 7. pe_similarity (question) ------------------------------------------------------------------
+# 8. pe_similarity (question) ------------------------------------------------------------------
 _PE_SIMILARITY = Question(
     id="self_attention.pe_similarity", choices="abcd",
     hint=("expand the dot product pair by pair with sin(x)sin(y) + cos(x)cos(y) = cos(x - "
@@ -488,7 +550,7 @@ _PE_SIMILARITY = Question(
           "behave as s grows?"))
 
 
-# 8. predict_one_pair (question) ---------------------------------------------------------------
+# 9. predict_one_pair (question) ---------------------------------------------------------------
 _PREDICT_ONE_PAIR = Question(
     id="self_attention.predict_one_pair", choices="abcd",
     hint=("with one pair in the sequence, what must the GRU carry from the pair to the "
@@ -496,6 +558,8 @@ _PREDICT_ONE_PAIR = Question(
 
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
+    Exercise(id="self_attention.score_variance", reference=score_variance,
+             cases=_variance_cases, slips=_VARIANCE_SLIPS),
     Exercise(id="self_attention.scaled_dot_product_attention",
              reference=scaled_dot_product_attention, cases=_sdpa_cases, slips=_SDPA_SLIPS,
              forbidden=(attention.scaled_dot_product_attention, attention.masked_softmax),
