@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from course_lib.exercises import _common
 from coursebook import notebooks
 from coursebook.chapters import all_chapters, find_chapter
 
@@ -47,9 +48,10 @@ PEER_FIXTURES = _peer_fixtures()
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Hidden cases mix a secret into their seeds (course_lib.exercises._common): one fixed secret for
-# the tests' own processes, so a failure can be reproduced; the hardened grader draws its own per
-# run, and tests/test_exercise_registries.py checks several secrets.
-os.environ.setdefault("COURSE_GRADING_SECRET", "course-tests")
+# the test process, so a failure can be reproduced; the hardened grader draws its own per run,
+# and tests/test_exercise_registries.py checks several secrets. Never through the environment:
+# the secret is not read from it (a graded notebook could set it).
+_common.fix_process_secret("course-tests")
 
 
 def chapter_slugs() -> list[str]:

@@ -16,6 +16,7 @@ import torch
 
 import course_lib.exercises
 from course_lib import grading
+from course_lib.exercises import _common
 from tests.conftest import chapter_slugs, exercise_chapter
 
 CHAPTERS = sorted(m.name for m in pkgutil.iter_modules(course_lib.exercises.__path__)
@@ -147,7 +148,7 @@ def test_hidden_inputs_depend_on_the_secret(ex: grading.Exercise,
     table of course_lib's outputs computed in advance cannot pass the exercise."""
     seen = []
     for secret in OTHER_SECRETS:
-        monkeypatch.setenv("COURSE_GRADING_SECRET", secret)
+        monkeypatch.setattr(_common, "_SECRETS", [secret])
         seen.append(_plain_inputs(ex))
     assert any(grading.compare_plain(a, b, 0.0, 0.0) for a, b in zip(*seen)), (
         f"{ex.id}: every hidden case has the same inputs whatever the secret")
@@ -158,7 +159,7 @@ def test_hidden_inputs_depend_on_the_secret(ex: grading.Exercise,
 def test_every_slip_fails_under_other_secrets(ex: grading.Exercise, secret: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the secret, the reference passes and every slip differs from it on some case."""
-    monkeypatch.setenv("COURSE_GRADING_SECRET", secret)
+    monkeypatch.setattr(_common, "_SECRETS", [secret])
     cases = ex.cases()
     expected = [grading.reference_output(ex, case) for case in cases]
     for slip in ex.slips:

@@ -11,7 +11,6 @@ or NumPy's generators), so that the secret reaches every random value.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,26 +18,41 @@ from typing import Any
 
 import torch
 
-#: The environment variable holding the secret mixed into every hidden case's seed. The hardened
-#: grader sets it in its trusted process only (never inside the sandbox); where it is not set,
-#: each process draws its own secret, so the hidden inputs of a stock-nbgrader kernel are fresh.
-SECRET_ENV = "COURSE_GRADING_SECRET"
+#: The secrets :func:`using_secret` set, innermost last (the trusted grader's, or a test's). The
+#: secret is never read from the environment: a notebook can set ``os.environ`` before its hidden
+#: tests run, in a kernel that judges it (the stock nbgrader engine), and so preset the secret a
+#: table of outputs was built with offline. Where no block is active, each process draws its own
+#: (:data:`_PROCESS_SECRET`), so the hidden inputs of a stock-nbgrader kernel are fresh.
+_SECRETS: list[str] = []
+#: This process's own secret, drawn on first use (the test suite fixes it with
+#: :func:`fix_process_secret`, so that a failure can be reproduced).
 _PROCESS_SECRET: list[str] = []
 
 
 def case_secret() -> str:
-    """The secret of this process: ``$COURSE_GRADING_SECRET``, else one drawn once per process.
+    """The secret of this process: the innermost :func:`using_secret`'s, else one drawn once per
+    process (never from the environment, which the graded notebook can set).
 
     Example:
         >>> case_secret() == case_secret()
         True
     """
-    value = os.environ.get(SECRET_ENV)
-    if value:
-        return value
+    if _SECRETS:
+        return _SECRETS[-1]
     if not _PROCESS_SECRET:
         _PROCESS_SECRET.append(secrets.token_hex(16))
     return _PROCESS_SECRET[0]
+
+
+def fix_process_secret(value: str) -> None:
+    """Make ``value`` this process's own secret (the test suite's, in tests/conftest.py).
+
+    Nothing in a grading run calls it: the hardened grader builds the hidden cases inside
+    :func:`using_secret` in its trusted process, and a stock-nbgrader kernel draws its own.
+    """
+    if not value:
+        raise ValueError("the secret must not be empty")
+    _PROCESS_SECRET[:] = [value]
 
 
 @contextmanager
@@ -53,15 +67,13 @@ def using_secret(value: str) -> Iterator[None]:
         >>> a != b
         True
     """
-    old = os.environ.get(SECRET_ENV)
-    os.environ[SECRET_ENV] = value
+    if not value:
+        raise ValueError("the secret must not be empty")
+    _SECRETS.append(value)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(SECRET_ENV, None)
-        else:
-            os.environ[SECRET_ENV] = old
+        _SECRETS.pop()
 
 
 def mix(seed: int) -> int:
