@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from course_lib import arithmetic, finetune, gpt, training
-from course_lib.checks import check_int, check_int_tensor
+from course_lib.checks import check_finite_tensor, check_float_tensor, check_int, check_int_tensor
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 POLICY_PATH = DATA_DIR / "reasoning_policy.pt.xz"  # scripts/train_reasoning.py --part rl
@@ -201,6 +201,48 @@ def pass_at_k(n: int, c: torch.Tensor | int, k: int) -> torch.Tensor:
     return 1.0 - factors.prod(-1)
 
 
+def plug_in_bias(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    r"""The bias of the plug-in estimate :math:`1 - (1 - c/n)^k` of pass@k.
+
+    A problem that a sample solves with probability :math:`p` has pass@k
+    :math:`1 - (1 - p)^k`. Estimating it by putting the share :math:`c/n` of right samples in
+    place of :math:`p`, with :math:`c \sim \mathrm{Binomial}(n, p)`, is biased:
+
+    .. math:: \mathbb E\left[1 - (1 - c/n)^kight] - \left(1 - (1 - p)^kight)
+              = (1 - p)^k - \sum_{c=0}^{n} inom{n}{c} p^c (1-p)^{n-c} (1 - c/n)^k
+
+    which is :math:`\le 0` (Jensen: :math:`x \mapsto 1 - (1-x)^k` is concave) and 0 for
+    :math:`k = 1`. The binomial weights are computed in log space (``lgamma``), so ``n`` in the
+    thousands is fine. :func:`pass_at_k`'s expectation is exactly :math:`1 - (1-p)^k`.
+
+    Args:
+        p: ``(P,)`` float, each problem's probability of a right sample, in ``[0, 1]``.
+        n: samples per problem; k: ``1 <= k <= n``.
+
+    Returns:
+        ``(P,)`` float64.
+
+    Example:
+        >>> plug_in_bias(torch.tensor([0.5], dtype=torch.float64), 2, 2)
+        tensor([-0.1250], dtype=torch.float64)
+    """
+    check_float_tensor("p", p)
+    check_finite_tensor("p", p)
+    if bool(((p < 0) | (p > 1)).any()):
+        raise ValueError(f"p must lie in [0, 1], got values in [{float(p.min())}, "
+                         f"{float(p.max())}]")
+    check_int("n", n, minimum=1)
+    check_int("k", k, minimum=1)
+    if k > n:
+        raise ValueError(f"k must lie in [1, n] = [1, {n}], got k={k}")
+    q = p.to(torch.float64)[..., None]  # (P, 1)
+    c = torch.arange(n + 1, dtype=torch.float64, device=p.device)  # (n + 1,)
+    log_binom = (math.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1))
+    log_pmf = log_binom + torch.xlogy(c, q) + torch.xlogy(n - c, 1 - q)  # (P, n + 1)
+    expected_miss = (log_pmf.exp() * (1 - c / n) ** k).sum(-1)
+    return (1 - q[..., 0]) ** k - expected_miss
+
+
 def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[int, float]:
     """Mean :func:`pass_at_k` over problems (``correct[p]`` of ``n`` right) for each ``k``.
 
@@ -220,6 +262,8 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
         (0.5, 0.28867513459481287)
     """
     n = len(values)
+    if n == 0:
+        raise ValueError("values must hold at least one value: the mean of none is 0/0")
     mean = sum(values) / n
     var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
     return mean, math.sqrt(var / n)

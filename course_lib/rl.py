@@ -33,6 +33,7 @@ from course_lib import gpt, reasoning, sampling
 from course_lib.checks import (
     check_bool_tensor,
     check_finite,
+    check_finite_tensor,
     check_float_tensor,
     check_ids,
     check_int,
@@ -68,6 +69,7 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     if check_float_tensor("rewards", rewards).dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
                          f"shape {tuple(rewards.shape)}")
+    check_finite_tensor("rewards", rewards)  # one NaN would silently zero its group
     centred = rewards - rewards.mean(1, keepdim=True)
     std = rewards.std(1, keepdim=True)
     return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0)
@@ -88,6 +90,7 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     if check_float_tensor("rewards", rewards).dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
                          f"shape {tuple(rewards.shape)}")
+    check_finite_tensor("rewards", rewards)
     g = rewards.shape[1]
     return (rewards - rewards.mean(1, keepdim=True)) * (g / (g - 1))
 
@@ -115,8 +118,54 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     check_float_tensor("logp", logp)
     check_float_tensor("logp_ref", logp_ref)
     check_same_dtype(logp=logp, logp_ref=logp_ref)
+    if logp.shape != logp_ref.shape:
+        raise ValueError(f"logp and logp_ref must have the same shape, got {tuple(logp.shape)} "
+                         f"and {tuple(logp_ref.shape)}")
     d = logp_ref - logp
     return d.exp() - d - 1
+
+
+def kl_gradients(logits: torch.Tensor, ref_logits: torch.Tensor,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Two gradients with respect to the logits of one token's distribution :math:`\pi`.
+
+    ``exact``: the gradient of :math:`\mathrm{KL}(\pi \| \pi_{\text{ref}})
+    = \sum_y \pi_y \log(\pi_y / \pi_{\text{ref},y})`,
+    :math:`\pi_y\,(\log\pi_y - \log\pi_{\text{ref},y} - \mathrm{KL})`.
+
+    ``k3``: the expected gradient of the k3 term used as a loss, as GRPO's loss uses it: a
+    token :math:`y \sim \pi` is sampled, :math:`k_3(y)` is differentiated at that token (the
+    sampling is not), and the gradient is averaged over :math:`y`:
+
+    .. math:: \mathbb E_{y \sim \pi}\bigl[(1 - \pi_{\text{ref},y}/\pi_y)
+              \nabla \log \pi_y\bigr] = \pi - \pi_{\text{ref}}
+              = \nabla\, \mathrm{KL}(\pi_{\text{ref}} \| \pi),
+
+    the gradient of the *other* KL divergence, not of the one whose value k3 estimates.
+
+    Args:
+        logits, ref_logits: ``(..., V)`` float, the same shape and dtype.
+
+    Returns:
+        ``(exact, k3)``, each ``(..., V)``.
+
+    Example:
+        >>> exact, k3 = kl_gradients(torch.tensor([0.0, 0.0]), torch.tensor([0.0, 1.0]))
+        >>> exact, k3
+        (tensor([ 0.2500, -0.2500]), tensor([ 0.2311, -0.2311]))
+    """
+    check_float_tensor("logits", logits, min_ndim=1, shape="(..., V)")
+    check_float_tensor("ref_logits", ref_logits, min_ndim=1, shape="(..., V)")
+    check_same_dtype(logits=logits, ref_logits=ref_logits)
+    if logits.shape != ref_logits.shape:
+        raise ValueError(f"logits and ref_logits must have the same shape, got "
+                         f"{tuple(logits.shape)} and {tuple(ref_logits.shape)}")
+    check_finite_tensor("logits", logits)
+    check_finite_tensor("ref_logits", ref_logits)
+    logp, logq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    p = logp.exp()
+    kl = (p * (logp - logq)).sum(-1, keepdim=True)
+    return p * (logp - logq - kl), p - logq.exp()
 
 
 def _check_sequences(name: str, tokens: torch.Tensor, vocab_size: int,
@@ -169,8 +218,10 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
         check_float_tensor(name, t)
     check_same_dtype(**named)
     check_bool_tensor("mask", mask, shape="(B, N)")
-    check_finite("clip_eps", clip_eps)
-    check_finite("beta", beta)
+    if not 0 <= check_finite("clip_eps", clip_eps) < 1:
+        raise ValueError(f"clip_eps must lie in [0, 1), got {clip_eps}")
+    if check_finite("beta", beta) < 0:
+        raise ValueError(f"beta must be at least 0 (a weight on a penalty), got {beta}")
     if not (logp.shape == logp_old.shape == logp_ref.shape == mask.shape and logp.dim() == 2
             and advantages.shape == logp.shape[:1]):
         raise ValueError(f"logp, logp_old, logp_ref and mask must be (B, N) and advantages (B,); "
@@ -280,6 +331,9 @@ def correct_counts(answers: Sequence[Sequence[int | None]],
         >>> correct_counts([[8, 8, None], [1, 2, 3]], [(7, [3, -2, 1]), (0, [1])])
         [2, 1]
     """
+    if len(answers) != len(problems):
+        raise ValueError(f"answers and problems must have the same length (one row of answers "
+                         f"per problem), got {len(answers)} and {len(problems)}")
     return [sum(a == reasoning.answer_of(s, c) for a in row)
             for row, (s, c) in zip(answers, problems)]
 
@@ -378,6 +432,10 @@ def pass_at_1_and_se(correct: Sequence[int], n: int) -> tuple[float, float]:
         >>> pass_at_1_and_se([4, 0], 4)
         (0.5, 0.5)
     """
+    check_int("n", n, minimum=1)
+    for c in correct:
+        if not 0 <= check_int("correct", c) <= n:
+            raise ValueError(f"correct must hold counts in [0, n] = [0, {n}], got {c}")
     return reasoning.mean_and_se([c / n for c in correct])
 
 

@@ -1067,13 +1067,22 @@ CASES: dict[str, Entry] = {
          "n": ("fraction",)}, vocab=11),
     **{f"rl.{name}": Entry(
         (lambda name=name: (getattr(rl, name), {"rewards": torch.tensor([[1.0, 0.0, 1.0]] * 2)})),
-        {"rewards": ("int", "0d", "missing_dim", "list",
+        {"rewards": ("int", "0d", "missing_dim", "list", "nan", "inf",
                      Custom("a_group_of_one", lambda r: r[:, :1]))})
        for name in ("group_advantages", "rloo_advantages")},
     "rl.k3_kl": Entry(
         lambda: (rl.k3_kl, {"logp": torch.tensor([-1.0, -2.0]),
                             "logp_ref": torch.tensor([-1.0, -1.0])}),
-        {"logp": ("int", "list", "float64"), "logp_ref": ("int",)}),
+        {"logp": ("int", "list", "float64"),
+         "logp_ref": ("int", Custom("another_shape", lambda t: t[:1]))}),
+    "rl.kl_gradients": Entry(
+        lambda: (rl.kl_gradients, {"logits": _randn(2, 5), "ref_logits": _randn(2, 5, seed=1)}),
+        {"logits": ("int", "0d", "list", "float64", "nan"),
+         "ref_logits": ("int", "inf", Custom("another_shape", lambda t: t[..., :3]))}),
+    "reasoning.plug_in_bias": Entry(
+        lambda: (reasoning.plug_in_bias, {"p": torch.tensor([0.0, 0.3, 1.0]), "n": 8, "k": 3}),
+        {"p": ("int", "list", "nan", "negative", Custom("above_one", lambda t: t + 1)),
+         "n": ("zero", "fraction"), "k": ("zero", "fraction", Custom("k_above_n", lambda v: 9))}),
     "rl.grpo_loss": Entry(
         lambda: (rl.grpo_loss, {"logp": _randn(2, 3), "logp_old": _randn(2, 3, seed=1),
                                 "logp_ref": _randn(2, 3, seed=2),
@@ -1082,7 +1091,7 @@ CASES: dict[str, Entry] = {
         {"logp+logp_old+logp_ref": ("int",), "logp": ("0d", "float64", "list"),
          "advantages": ("int", "0d"),
          "mask": ("not_bool", Custom("no_response_token", torch.zeros_like)),
-         "beta": ("nan",)}),
+         "clip_eps": ("nan", "negative"), "beta": ("nan", "negative")}),
     "rl.response_mask": Entry(
         lambda: (rl.response_mask, {"tokens": torch.tensor([reasoning.encode("7+1=8...")]),
                                     "prompt_length": 4}),

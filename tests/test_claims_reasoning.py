@@ -49,10 +49,26 @@ def test_many_samples(built_book: Path) -> None:
     assert value("ch9_live_format") > 0.9  # 0.979: exercise 6's hint
 
 
+def test_the_plug_in_estimate_is_biased_low_and_the_unbiased_one_is_not(built_book: Path) -> None:
+    """Section 2: the plug-in estimate "is biased low ... reaches X at p ~ Y" (n = k = 32); the
+    unbiased estimator's expectation, summed over the binomial, is 1 - (1 - p)^k "(the largest
+    gap is Z)"."""
+    assert -0.3 < value("ch9_plugin_worst") < -0.1  # -0.165
+    assert 0 < value("ch9_plugin_worst_p") < 0.2  # 0.04
+    assert value("ch9_unbiased_gap") < 1e-12  # 1.5e-14
+
+
+def test_k3_as_a_loss_gives_the_other_divergences_gradient(built_book: Path) -> None:
+    """Section 4: used as a loss, k3's expected gradient is that of KL(pi_ref || pi) ("agree to
+    rounding") and differs from KL(pi || pi_ref)'s "by up to X here"."""
+    assert value("ch9_k3_vs_reverse") < 1e-12  # 0.0
+    assert value("ch9_k3_vs_exact") > 0.05  # 0.128
+
+
 def test_the_format_only_reward_leaves_accuracy_where_it_was(built_book: Path) -> None:
     """Section 3: the format reward starts and ends near 1; most groups have equal rewards;
     pass@1 moves from X to Y with a standard error of at most Z, "the goal did not move" (and
-    exercise 6's answer, b); "the correctness reward moves it by several points"."""
+    exercise 4's answer, b); "the correctness reward moves it by several points"."""
     assert value("ch9_fmt_reward_first") > 0.95 and value("ch9_fmt_reward_last") > 0.95
     assert value("ch9_fmt_zero_groups") > 0.8  # 0.95
     gap = abs(value("ch9_fmt_pass1_after") - value("ch9_fmt_pass1_before"))  # 0.008
@@ -80,6 +96,18 @@ def test_grpo_improves_pass_at_1_over_seeds_and_sharpens(built_book: Path) -> No
     assert abs(value("ch9_rl_length_first") - 12) < 0.5
     assert abs(value("ch9_rl_length_last") - 12) < 0.5
     assert 1 < value("ch9_rl_minutes") < 10  # 3.1
+
+
+def test_grpo_narrows_coverage_and_the_training_batches_do_not_show_the_gain(
+        built_book: Path) -> None:
+    """Section 5: the hardest problems' share of right samples "even rose a little" (by X); "N
+    problems ... solved in none of 32 after training ... against M the other way"; "the share
+    right in the training batches does not show the gain" (first and last ten steps)."""
+    assert 0 < value("ch9_rl_hard_gain") < 0.1  # 0.039
+    assert value("ch9_rl_lost") > 3 * value("ch9_rl_gained")  # 18 against 2.5
+    assert value("ch9_rl_lost") >= 10
+    batch_change = value("ch9_rl_batch_last") - value("ch9_rl_batch_first")  # 0.375 - 0.394
+    assert batch_change < value("ch9_rl_gain_min") / 2
 
 
 def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:

@@ -106,8 +106,9 @@ NOTEBOOK_EXERCISES = {
     "08-fine-tuning": ["answer_only_loss", "lora_forward", "merge_lora", "lora_trainable",
                        "predict_forgetting", "distillation_loss", "kl_frontier", "dpo_loss",
                        "implicit_rewards", "extract_answer"],
-    "09-reasoning": ["majority_vote", "pass_at_k", "hacking_prediction", "group_advantages",
-                     "rloo_advantages", "grpo_loss"],
+    "09-reasoning": ["majority_vote", "pass_at_k", "plug_in_bias", "format_reward_prediction",
+                     "group_advantages", "rloo_advantages", "grpo_loss", "kl_gradients",
+                     "pass_at_k_prediction"],
 }
 
 #: Each chapter's questions (a letter to choose; tests/test_questions.py grades them).
@@ -120,7 +121,7 @@ QUESTIONS = {
     "06-efficient-attention": [],
     "07-modern-decoder": ["ladder_prediction"],
     "08-fine-tuning": ["predict_forgetting"],
-    "09-reasoning": ["hacking_prediction"],
+    "09-reasoning": ["format_reward_prediction", "pass_at_k_prediction"],
 }
 
 #: Slips (by index in the exercise's ``slips``) that only the hidden tests catch: the visible
@@ -141,6 +142,8 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "fine_tuning.lora_trainable": {1, 2, 3, 5},
     "reasoning.majority_vote": {2},
     "reasoning.group_advantages": {2},
+    "reasoning.grpo_loss": {6},
+    "reasoning.kl_gradients": {0, 3},
 }
 
 

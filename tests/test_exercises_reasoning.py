@@ -102,15 +102,85 @@ def test_k3_is_unbiased_for_the_kl() -> None:
     assert estimate == pytest.approx(float((p * (p / q).log()).sum()), rel=0.02)
 
 
-def test_the_hacking_answer_matches_the_shipped_run() -> None:
-    """Exercise 6's answer is what scripts/train_reasoning.py measured (the format-only run)."""
-    run = reasoning.load_results("rl")["runs"]["format/0"]
+def test_the_format_reward_answer_matches_the_shipped_run() -> None:
+    """Exercise 4's answer is what scripts/train_reasoning.py measured (the format-only run)."""
+    runs = reasoning.load_results("rl")["runs"]
+    run, correct = runs["format/0"], runs["correct/0"]
     before, after = run["before"]["pass1"], run["after"]["pass1"]
-    correct = reasoning.load_results("rl")["runs"]["correct/0"]
-    letter = answer("reasoning.hacking_prediction")  # the source notebook's hidden test
+    letter = answer("reasoning.format_reward_prediction")  # the source notebook's hidden test
     if letter == "b":
         assert abs(after - before) < 0.05
     elif letter == "c":
         assert after < before / 2
     else:
         assert after - before > 0.5 * (correct["after"]["pass1"] - correct["before"]["pass1"])
+
+
+def test_the_pass_at_k_answer_matches_the_shipped_runs() -> None:
+    """Exercise 9's answer is what every correctness run measured: (c) pass@32 falls by several
+    points, (b) stays within one point, (a) rises by more than one."""
+    runs = reasoning.load_results("rl")["runs"]
+    letter = answer("reasoning.pass_at_k_prediction")
+    for name in ("correct/0", "correct/1"):
+        change = runs[name]["after"]["pass_at_k"]["32"] - runs[name]["before"]["pass_at_k"]["32"]
+        assert {"a": change > 0.01, "b": abs(change) <= 0.01, "c": change < -0.03}[letter], name
+
+
+def test_plug_in_bias_against_exact_fractions_and_sampling() -> None:
+    """The log-space sum against exact rational arithmetic; the unbiased estimator's expectation
+    is exactly the true pass@k, the plug-in's falls short (Jensen)."""
+    for p, n, k in [(Fraction(1, 3), 7, 3), (Fraction(1, 10), 30, 12), (Fraction(7, 8), 12, 12)]:
+        weights = [math.comb(n, c) * p ** c * (1 - p) ** (n - c) for c in range(n + 1)]
+        plug = sum(w * (1 - (1 - Fraction(c, n)) ** k) for c, w in enumerate(weights))
+        exact = plug - (1 - (1 - p) ** k)
+        got = reasoning.plug_in_bias(torch.tensor([float(p)], dtype=torch.float64), n, k).item()
+        assert got == pytest.approx(float(exact), rel=1e-10, abs=1e-14)
+        assert got < 0
+        unbiased = sum(w * (1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
+                       for c, w in enumerate(weights))
+        assert unbiased == 1 - (1 - p) ** k
+    torch.manual_seed(0)
+    p, n, k = 0.2, 16, 8
+    c = torch.distributions.Binomial(n, torch.full((200_000,), p)).sample()
+    simulated = (1 - (1 - c / n) ** k).mean().item() - (1 - (1 - p) ** k)
+    assert simulated == pytest.approx(
+        reasoning.plug_in_bias(torch.tensor([p], dtype=torch.float64), n, k).item(), abs=3e-3)
+
+
+def test_kl_gradients_against_autograd_and_sampled_k3() -> None:
+    """exact is autograd's gradient of the KL; k3 is autograd's gradient of k3 at each token,
+    weighted by the (detached) sampling probabilities, and that of KL(pi_ref || pi)."""
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(4, 6, generator=g, dtype=torch.float64).requires_grad_()
+    z_ref = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    logp, logq = z.log_softmax(-1), z_ref.log_softmax(-1)
+    (kl_grad,) = torch.autograd.grad((logp.exp() * (logp - logq)).sum(), z, retain_graph=True)
+    d = logq - logp
+    (k3_grad,) = torch.autograd.grad((logp.exp().detach() * (d.exp() - d - 1)).sum(), z,
+                                     retain_graph=True)
+    (rev_grad,) = torch.autograd.grad((logq.exp() * (logq - logp)).sum(), z)
+    exact, k3 = rl.kl_gradients(z.detach(), z_ref)
+    torch.testing.assert_close(exact, kl_grad)
+    torch.testing.assert_close(k3, k3_grad)
+    torch.testing.assert_close(k3, rev_grad)
+    assert (exact - k3).abs().max() > 1e-2  # not the KL's gradient
+
+
+def test_grpo_loss_gradient_off_policy_with_kl() -> None:
+    """At ratio != 1 and beta > 0, the gradient of each token is -A rho where unclipped
+    (0 where clipped) plus beta (1 - pi_ref / pi), over sum(m): graded through loss_and_grad."""
+    from course_lib.exercises._calls import loss_and_grad
+
+    g = torch.Generator().manual_seed(5)
+    old = -torch.rand(3, 4, generator=g, dtype=torch.float64) * 2
+    logp = old + 0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64)
+    ref = old + 0.5 * torch.randn(3, 4, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    out = loss_and_grad(rl.grpo_loss, {"logp": logp, "logp_old": old, "logp_ref": ref,
+                                       "advantages": adv, "mask": mask, "clip_eps": 0.2,
+                                       "beta": 0.3})
+    rho, a = (logp - old).exp(), adv[:, None]
+    active = torch.where(a > 0, rho < 1.2, rho > 0.8)
+    expected = (-a * rho * active + 0.3 * (1 - (ref - logp).exp())) * mask / mask.sum()
+    torch.testing.assert_close(out["grad"], expected)

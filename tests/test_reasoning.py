@@ -82,3 +82,23 @@ def test_the_shipped_files_were_made_with_the_modules_configurations() -> None:
         assert runs["grpo_config"][key] == grpo[key], key
     policy = reasoning.load_policy()
     assert policy.config.vocab_size == len(reasoning.VOCAB)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: rl.correct_counts([[8, 8], [1]], [(7, [3, -2, 1])]), "answers and problems"),
+    (lambda: rl.pass_at_1_and_se([5, 2], 4), "correct"),
+    (lambda: rl.pass_at_1_and_se([-1, 2], 4), "correct"),
+    (lambda: rl.pass_at_1_and_se([1, 2], 0), "n"),
+    (lambda: rl.pass_at_1_and_se([1.5, 2], 4), "correct"),
+    (lambda: reasoning.mean_and_se([]), "values"),
+    (lambda: rl.group_advantages(torch.tensor([[1.0, float("nan"), 0.0]])), "rewards"),
+    (lambda: rl.grpo_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2),
+                          torch.ones(1), torch.ones(1, 2, dtype=torch.bool), clip_eps=-0.1),
+     "clip_eps"),
+    (lambda: rl.k3_kl(torch.zeros(2, 3), torch.zeros(3)), "logp and logp_ref"),
+])
+def test_bad_inputs_without_a_tensor_argument_are_refused(call, name: str) -> None:
+    """The bad inputs of issue 28 that tests/test_bad_input.py's tensor kinds do not reach: each is
+    refused with an error that names the argument, never a wrong number or a crash."""
+    with pytest.raises((ValueError, TypeError), match=name):
+        call()

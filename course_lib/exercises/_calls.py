@@ -88,3 +88,29 @@ def each_call(fn: Callable[..., Any], inputs: dict[str, Any]) -> list[Any]:
     """
     return [fn(**call) for call in inputs["calls"]]
 
+
+
+def loss_and_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``fn(**inputs)`` (a 0-d loss) and its gradient with respect to ``inputs["logp"]``.
+
+    Used by chapter 9's ``grpo_loss``: the loss's value and the gradient that training uses are
+    both graded.
+
+    Example:
+        >>> out = loss_and_grad(lambda logp: (3 * logp).sum(), {"logp": torch.zeros(2)})
+        >>> out["loss"].item(), out["grad"].tolist()
+        (0.0, [3.0, 3.0])
+    """
+    logp = inputs["logp"].detach().clone().requires_grad_(True)
+    loss = fn(**{**inputs, "logp": logp})
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+        raise AssertionError(f"return a 0-d tensor, got {type(loss).__name__}"
+                             + (f" of shape {tuple(loss.shape)}"
+                                if isinstance(loss, torch.Tensor) else ""))
+    if not loss.requires_grad:
+        raise AssertionError("the loss does not depend on logp through autograd: compute it "
+                             "from logp with torch operations, without detaching it")
+    (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+    if grad is None:
+        grad = torch.zeros_like(logp)
+    return {"loss": loss.detach(), "grad": grad}

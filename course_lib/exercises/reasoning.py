@@ -2,8 +2,8 @@
 
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
 solution that calls course_lib's implementation of any exercise of this chapter: the majority
-vote and pass@k (:mod:`course_lib.reasoning`), the advantages and the GRPO loss
-(:mod:`course_lib.rl`).
+vote, pass@k and the plug-in estimate's bias (:mod:`course_lib.reasoning`), the advantages, the
+GRPO loss and the two KL gradients (:mod:`course_lib.rl`).
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from course_lib import reasoning, rl
-from course_lib.exercises._calls import each_call
+from course_lib.exercises._calls import each_call, loss_and_grad
 from course_lib.exercises._common import f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
 
@@ -149,7 +149,82 @@ _PASS_SLIPS = (
 )
 
 
-# 3. group_advantages ----------------------------------------------------------------------------
+# 3. plug_in_bias -------------------------------------------------------------------------------
+
+
+def _bias_cases() -> list[Case]:
+    def build(seed: int, P: int, n: int, k: int) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            p = torch.rand(P, generator=gen(seed), dtype=f64)
+            p[0] = 0.0  # never solved
+            if P > 2:
+                p[1] = 1.0  # always solved
+            return {"p": p, "n": n, "k": k}
+        return inputs
+
+    def drawn() -> dict[str, Any]:
+        n = pick(720, 3, 300)
+        return build(721, 7, n, pick(722, 2, n))()
+
+    return [
+        Case("k = 1", build(700, 5, 12, 1)),
+        Case("small n and k", build(701, 6, 5, 3)),
+        Case("k = n", build(702, 4, 9, 9)),
+        Case("one problem", lambda: {"p": torch.tensor([0.3], dtype=f64), "n": 20, "k": 4}),
+        Case("float32 probabilities", lambda: {"p": torch.rand(5, generator=gen(704)),
+                                               "n": 40, "k": 6}),
+        Case("n = 2,000 (binomial coefficients beyond float64)", build(703, 6, 2000, 50)),
+        Case("n and k drawn for this grading run", drawn),
+    ]
+
+
+def _plug_in_expectation(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """E[1 - (1 - c/n)^k] over c ~ Binomial(n, p), in log space (a slip's helper)."""
+    q = p.to(f64)[..., None]
+    c = torch.arange(n + 1, dtype=f64)
+    log_pmf = (torch.lgamma(torch.tensor(n + 1.0, dtype=f64)) - torch.lgamma(c + 1)
+               - torch.lgamma(n - c + 1) + torch.xlogy(c, q) + torch.xlogy(n - c, 1 - q))
+    return 1 - (log_pmf.exp() * (1 - c / n) ** k).sum(-1)
+
+
+def _bias_zero(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return torch.zeros_like(p, dtype=f64)
+
+
+def _bias_flipped(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return 1 - (1 - p.to(f64)) ** k - _plug_in_expectation(p, n, k)
+
+
+def _bias_expectation(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return _plug_in_expectation(p, n, k)
+
+
+def _bias_true_value(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    return 1 - (1 - p.to(f64)) ** k
+
+
+_BIAS_SLIPS = (
+    Slip("0 says the plug-in estimate is unbiased: average it over the counts c that n samples "
+         "can give, each with its probability", _bias_zero),
+    Slip("the bias is the estimate's expectation minus the true pass@k, not the other way round",
+         _bias_flipped),
+    Slip("that is the estimate's expectation: subtract the true pass@k, 1 - (1 - p)^k",
+         _bias_expectation),
+    Slip("that is the true pass@k: return the plug-in estimate's expectation minus it",
+         _bias_true_value),
+)
+
+
+# 4. format_reward_prediction --------------------------------------------------------------------
+
+
+_FORMAT_PREDICTION = Question(
+    id="reasoning.format_reward_prediction", choices="abc",
+    hint=("look at what the format reward pays for, and at its value before training: what are "
+          "the advantages of a group whose samples all get the same reward?"))
+
+
+# 5. group_advantages ----------------------------------------------------------------------------
 
 
 def _adv_cases() -> list[Case]:
@@ -225,7 +300,7 @@ def _adv_diagnose(inputs: Any, got: Any, expected: Any) -> str | None:
     return None
 
 
-# 4. rloo_advantages -----------------------------------------------------------------------------
+# 6. rloo_advantages -----------------------------------------------------------------------------
 
 
 def _rloo_centred(rewards: torch.Tensor) -> torch.Tensor:
@@ -259,7 +334,7 @@ _RLOO_SLIPS = (
 )
 
 
-# 5. grpo_loss -----------------------------------------------------------------------------------
+# 7. grpo_loss -----------------------------------------------------------------------------------
 
 
 def _grpo_cases() -> list[Case]:
@@ -280,6 +355,8 @@ def _grpo_cases() -> list[Case]:
     return [
         Case("float32, ratios inside and outside the clip range", build(600, 6, 9, 0.2, 0.04)),
         Case("float64, a large KL weight", build(610, 5, 7, 0.2, 0.5, f64)),
+        Case("float64, ratios far from 1 and a KL weight", build(615, 6, 8, 0.2, 0.3, f64,
+                                                                 spread=0.8)),
         Case("float64, no KL (beta = 0), wide ratios", build(620, 8, 6, 0.1, 0.0, f64,
                                                             spread=0.6)),
         Case("float32, batch size 1", build(630, 1, 11, 0.3, 0.1)),
@@ -344,6 +421,14 @@ def _grpo_kl_sign(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Te
     return _token_mean(-s - beta * _k3(logp, logp_ref), mask)
 
 
+def _grpo_kl_detached(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
+                      advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+                      beta: float) -> torch.Tensor:
+    r, a = _ratio(logp, logp_old), advantages[:, None]
+    s = torch.minimum(r * a, r.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    return _token_mean(-s + beta * _k3(logp.detach(), logp_ref), mask)
+
+
 def _grpo_sequence(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
                    advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
                    beta: float) -> torch.Tensor:
@@ -380,19 +465,93 @@ _GRPO_SLIPS = (
     Slip("the KL term is the k3 estimator exp(ref - logp) - (ref - logp) - 1, not logp - ref",
          _grpo_k1),
     Slip("the KL penalty is added to the loss (beta * k3), not subtracted", _grpo_kl_sign),
+    Slip("the KL term has the right value but no gradient: it must be computed from logp "
+         "without detaching it, or the penalty never acts on the policy", _grpo_kl_detached),
     Slip("average over every response token of the batch (mask.sum()), not per sequence first",
          _grpo_sequence),
     Slip("tokens after a response's end (mask False) count for nothing", _grpo_unmasked),
 )
 
 
-# 6. hacking_prediction --------------------------------------------------------------------------
+# 8. kl_gradients -------------------------------------------------------------------------------
 
 
-_HACKING_PREDICTION = Question(
-    id="reasoning.hacking_prediction", choices="abc",
-    hint=("look at what the format reward pays for, and at its value before training: how "
-          "many groups have rewards that differ?"))
+def _kl_cases() -> list[Case]:
+    def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, scale: float = 1.0,
+              ) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            return {"logits": randn(seed, *shape, dtype=dtype, scale=scale),
+                    "ref_logits": randn(seed + 1, *shape, dtype=dtype, scale=scale)}
+        return inputs
+
+    return [
+        Case("float64, one distribution over 5 tokens", build(800, (5,), f64)),
+        Case("float32, a batch of distributions", build(810, (4, 7), f32)),
+        Case("float64, peaked distributions", build(820, (3, 6), f64, scale=3.0)),
+        Case("float64, two tokens", build(830, (2, 2), f64)),
+        Case("float32, batch size 1", build(835, (1, 9), f32)),
+        Case("float64, the policy equal to the reference",
+             lambda: {"logits": randn(840, 3, 4, dtype=f64),
+                      "ref_logits": randn(840, 3, 4, dtype=f64)}),
+        Case("float64, sizes drawn for this grading run",
+             lambda: build(850, (pick(851, 1, 6), pick(852, 2, 40)), f64)()),
+    ]
+
+
+def _kl_pair(logits: torch.Tensor, ref_logits: torch.Tensor,
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two right gradients, written out (a slip's helper; never a reference)."""
+    logp, logq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    p = logp.exp()
+    kl = (p * (logp - logq)).sum(-1, keepdim=True)
+    return p * (logp - logq - kl), p - logq.exp()
+
+
+def _kl_through_sampling(logits: torch.Tensor, ref_logits: torch.Tensor,
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    exact, _ = _kl_pair(logits, ref_logits)
+    return exact, exact
+
+
+def _kl_no_softmax(logits: torch.Tensor, ref_logits: torch.Tensor,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    logp, logq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    return logp.exp() * (logp - logq), _kl_pair(logits, ref_logits)[1]
+
+
+def _kl_reverse(logits: torch.Tensor, ref_logits: torch.Tensor,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    _, k3 = _kl_pair(logits, ref_logits)
+    return k3, k3
+
+
+def _kl_k3_sign(logits: torch.Tensor, ref_logits: torch.Tensor,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    exact, k3 = _kl_pair(logits, ref_logits)
+    return exact, -k3
+
+
+_KL_SLIPS = (
+    Slip("backpropagation differentiates k3 at the token that was sampled: the probability of "
+         "having sampled it weighs that gradient in the expectation but is not differentiated",
+         _kl_through_sampling),
+    Slip("the logits reach every probability through the softmax: differentiate through it "
+         "(your exact gradient misses a term)", _kl_no_softmax),
+    Slip("your exact gradient is that of KL(pi_ref || pi); the divergence asked for is "
+         "KL(pi || pi_ref) = sum_y pi_y log(pi_y / pi_ref,y)", _kl_reverse),
+    Slip("the k3 gradient has the wrong sign: differentiate k3 = r - log r - 1 with "
+         "r = pi_ref / pi", _kl_k3_sign),
+)
+
+
+# 9. pass_at_k_prediction -------------------------------------------------------------------------
+
+
+_PASS_AT_K_PREDICTION = Question(
+    id="reasoning.pass_at_k_prediction", choices="abc",
+    hint=("GRPO pushes up the answers that a group already samples right, and pays nothing for "
+          "a problem whose group is all wrong: think of the problems where the starting policy "
+          "is right in only one of many samples."))
 
 
 EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
@@ -400,11 +559,16 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
              cases=_majority_cases, slips=_MAJORITY_SLIPS, call=each_call),
     Exercise(id="reasoning.pass_at_k", reference=reasoning.pass_at_k, cases=_pass_cases,
              slips=_PASS_SLIPS, forbidden=(reasoning.pass_at_k_curve,)),
-    _HACKING_PREDICTION,
+    Exercise(id="reasoning.plug_in_bias", reference=reasoning.plug_in_bias, cases=_bias_cases,
+             slips=_BIAS_SLIPS),
+    _FORMAT_PREDICTION,
     Exercise(id="reasoning.group_advantages", reference=rl.group_advantages, cases=_adv_cases,
              slips=_ADV_SLIPS, diagnose=_adv_diagnose),
     Exercise(id="reasoning.rloo_advantages", reference=rl.rloo_advantages, cases=_adv_cases,
              slips=_RLOO_SLIPS),
     Exercise(id="reasoning.grpo_loss", reference=rl.grpo_loss, cases=_grpo_cases,
-             slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,)),
+             slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,), call=loss_and_grad),
+    Exercise(id="reasoning.kl_gradients", reference=rl.kl_gradients, cases=_kl_cases,
+             slips=_KL_SLIPS),
+    _PASS_AT_K_PREDICTION,
 ]}
