@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from course_lib import attention, lm, multihead, transformer
+from course_lib import attention, counting, lm, multihead, transformer
 from course_lib.exercises._calls import mask_tokens_draws
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
@@ -317,7 +317,84 @@ _DECODER_MASKS_SLIPS = (
 )
 
 
-# 5. decoder_layer ----------------------------------------------------------------------------
+# 5. masked_self_attention: the given decoder attention, debugged -------------------------------
+
+
+def masked_self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+                          padding: torch.Tensor) -> torch.Tensor:
+    """Reference: a decoder's causal multi-head self-attention with padded keys hidden.
+
+    ``w_qkv`` is ``(3 d, d)``, the query, key and value maps stacked (GPT-2's fused layout),
+    ``w_o`` is ``(d, d)``; no biases; ``padding`` is ``(B, T)``, True at real tokens. Query ``t``
+    sees keys ``j <= t`` that are real. Written in torch here (trusted side only; the slips use
+    their own copy, :func:`_self_attention`).
+    """
+    B, T, d = y.shape
+    dh = d // n_heads
+    q, k, v = (y @ w_qkv.T).split(d, dim=-1)  # each (B, T, d)
+    q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))  # (B, h, T, dh)
+    allowed = torch.ones(T, T, dtype=torch.bool).tril() & padding[:, None, None, :]  # (B,1,T,T)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(dh)).masked_fill(~allowed, float("-inf"))
+    out = scores.softmax(-1) @ v  # (B, h, T, dh)
+    return out.transpose(1, 2).reshape(B, T, d) @ w_o.T
+
+
+def _self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
+                    padding: torch.Tensor, diagonal: int | None, keys: bool = True
+                    ) -> torch.Tensor:
+    """Causal self-attention whose mask keeps ``j <= t + diagonal`` (``None``: no causal mask)."""
+    B, T, d = y.shape
+    dh = d // n_heads
+    q, k, v = (y @ w_qkv.T).split(d, dim=-1)  # each (B, T, d)
+    q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))  # (B, h, T, dh)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, h, T, T)
+    allowed = torch.ones(T, T, dtype=torch.bool)
+    if diagonal is not None:
+        allowed = allowed.tril(diagonal=diagonal)
+    allowed = allowed & padding[:, None, None, :] if keys else allowed.expand(B, 1, T, T)
+    out = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v  # (B, h, T, dh)
+    return out.transpose(1, 2).reshape(B, T, d) @ w_o.T
+
+
+def _masked_attention_cases() -> list[Case]:
+    def build(seed: int, B: int, T: int, dh: int, h: int, dtype: torch.dtype,
+              lengths: list[int] | None) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            d = dh * h
+            return {"y": randn(seed, B, T, d, dtype=dtype),
+                    "w_qkv": randn(seed + 1, 3 * d, d, dtype=dtype, scale=d ** -0.5),
+                    "w_o": randn(seed + 2, d, d, dtype=dtype, scale=d ** -0.5),
+                    "n_heads": h, "padding": lengths_mask(lengths or [T] * B, T)}
+        return inputs
+
+    def drawn() -> dict[str, Any]:
+        B, T, h = pick(471, 1, 3), pick(472, 3, 9), pick(473, 1, 4)
+        lengths = torch.randint(1, T + 1, (B,), generator=gen(474)).tolist()
+        return build(475, B, T, pick(476, 2, 5), h, f64, lengths)()
+
+    return [Case("float32, two heads, no padding", build(400, 2, 6, 4, 2, f32, None)),
+            Case("float64, batch size 1, one head", build(410, 1, 5, 3, 1, f64, None)),
+            Case("float32, padded targets, four heads", build(420, 3, 7, 2, 4, f32, [7, 4, 1])),
+            Case("float64, padded targets, three heads", build(430, 2, 8, 2, 3, f64, [5, 8])),
+            Case("sizes and lengths drawn for this grading run", drawn)]
+
+
+def _attention_slip(diagonal: int | None, keys: bool = True) -> Callable[..., torch.Tensor]:
+    return lambda y, w_qkv, w_o, n_heads, padding: _self_attention(
+        y, w_qkv, w_o, n_heads, padding, diagonal, keys)
+
+
+_MASKED_ATTENTION_SLIPS = (
+    Slip("a query still sees the key right after it: position t attends to position t + 1",
+         _attention_slip(1)),
+    Slip("every query sees itself (the diagonal is kept): here the first position got no key "
+         "at all", _attention_slip(-1)),
+    Slip("padded keys got weight: hide the keys where padding is False", _attention_slip(0, False)),
+    Slip("there is no causal mask: a query sees every later key", _attention_slip(None)),
+)
+
+
+# 6. decoder_layer ----------------------------------------------------------------------------
 
 
 def decoder_layer(y: torch.Tensor, memory: torch.Tensor, params: dict[str, torch.Tensor],
@@ -392,7 +469,7 @@ _DECODER_LAYER_SLIPS = (
 )
 
 
-# 6. ffn_share (a question) -------------------------------------------------------------------
+# 7. ffn_share (a question) -------------------------------------------------------------------
 
 
 _FFN_SHARE = Question(
@@ -401,7 +478,108 @@ _FFN_SHARE = Question(
           "between d and d_ff = 4 d features"))
 
 
-# 7. no_causal_mask (an ablation to predict) --------------------------------------------------
+# 8. design_layer: the widest layer in a parameter budget, its parameters and FLOPs ---------------
+
+
+def _layer_count(d: int, d_ff: int, seq_len: int, slip: str = "") -> tuple[int, int]:
+    """``(params, flops)`` of one GPT-style layer; ``slip`` names one mistake (trusted side)."""
+    attn = 4 * d * d + (0 if slip == "no biases" else 4 * d)
+    ffn = 2 * d * d_ff + (0 if slip == "no biases" else d_ff + d)
+    norms = 0 if slip == "no norms" else 4 * d
+    T = seq_len
+    pairs = T * T if slip == "full square" else T * (T + 1) // 2  # (query, key) pairs computed
+    scores = 0 if slip == "no scores" else 2 * (2 * pairs * d)  # q.k and the weighted values
+    flops = 2 * T * 4 * d * d + scores + 2 * T * 2 * d * d_ff
+    return attn + ffn + norms, flops // 2 if slip == "one per multiply-add" else flops
+
+
+def design_layer(budget: int, head_dim: int, ff_mult: int, seq_len: int
+                 ) -> dict[str, int] | None:
+    """Reference: the widest GPT-style layer of at most ``budget`` parameters.
+
+    ``d_model = n_heads * head_dim`` with the most heads that fit, ``d_ff = ff_mult * d_model``;
+    every linear map has a bias, each of the two LayerNorms a gain and a shift. ``flops`` counts
+    2 per multiply-add of the matrix products of one forward pass over ``seq_len`` tokens, the
+    attention only over the (query, key) pairs the causal mask keeps. ``None`` when not even one
+    head fits.
+
+    Example:
+        >>> design_layer(200, head_dim=2, ff_mult=2, seq_len=3)
+        {'n_heads': 2, 'd_model': 4, 'd_ff': 8, 'params': 172, 'flops': 864}
+    """
+    def params(d: int) -> int:
+        return (4 * d * d + 4 * d) + (2 * d * ff_mult * d + ff_mult * d + d) + 4 * d
+
+    heads = 0
+    while params((heads + 1) * head_dim) <= budget:
+        heads += 1
+    if heads == 0:
+        return None
+    d, T = heads * head_dim, seq_len
+    d_ff = ff_mult * d
+    flops = 2 * T * 4 * d * d + 2 * 2 * (T * (T + 1) // 2) * d + 2 * T * 2 * d * d_ff
+    return {"n_heads": heads, "d_model": d, "d_ff": d_ff, "params": params(d), "flops": flops}
+
+
+def _design(budget: int, head_dim: int, ff_mult: int, seq_len: int, slip: str
+            ) -> dict[str, int] | None:
+    """:func:`design_layer` with the mistake ``slip``, for the slips (trusted side)."""
+    best = None
+    h = 1
+    while True:
+        d = h * head_dim
+        params, flops = _layer_count(d, ff_mult * d, seq_len, slip)
+        fits = params < budget if slip == "strict" else params <= budget
+        if not fits:
+            return best
+        best = {"n_heads": h, "d_model": d, "d_ff": ff_mult * d, "params": params,
+                "flops": flops}
+        h += 1
+
+
+def _design_cases() -> list[Case]:
+    def exact(seed: int, below: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            head_dim, ff_mult, h = 8 * pick(seed, 1, 8), pick(seed + 1, 1, 4), pick(seed + 2, 2, 40)
+            d = h * head_dim
+            params, _ = _layer_count(d, ff_mult * d, 1)
+            return {"budget": params - below, "head_dim": head_dim, "ff_mult": ff_mult,
+                    "seq_len": pick(seed + 3, 1, 2048)}
+        return inputs
+
+    def drawn(seed: int, low: int, high: int) -> Inputs:
+        return lambda: {"budget": pick(seed, low, high), "head_dim": 2 ** pick(seed + 1, 1, 7),
+                        "ff_mult": pick(seed + 2, 1, 8), "seq_len": pick(seed + 3, 1, 4096)}
+
+    return [Case("a small budget", drawn(700, 2_000, 200_000)),
+            Case("a budget of millions", drawn(710, 1_000_000, 50_000_000)),
+            Case("a budget that a layer uses exactly", exact(720, 0)),
+            Case("a budget one parameter short of a layer", exact(730, 1)),
+            Case("one token", lambda: {"budget": pick(740, 10_000, 900_000), "head_dim": 16,
+                                       "ff_mult": 4, "seq_len": 1}),
+            Case("a budget too small for one head",
+                 lambda: {"budget": pick(750, 1, 400), "head_dim": 8, "ff_mult": 4,
+                          "seq_len": pick(751, 1, 64)})]
+
+
+def _design_slip(slip: str) -> Callable[..., dict[str, int] | None]:
+    return lambda budget, head_dim, ff_mult, seq_len: _design(budget, head_dim, ff_mult, seq_len,
+                                                              slip)
+
+
+_DESIGN_SLIPS = (
+    Slip("every linear map has a bias: count them", _design_slip("no biases")),
+    Slip("the two LayerNorms have a gain and a shift each: count them", _design_slip("no norms")),
+    Slip("a layer that uses the whole budget fits: params <= budget", _design_slip("strict")),
+    Slip("count only the (query, key) pairs the causal mask keeps: query t sees t + 1 keys",
+         _design_slip("full square")),
+    Slip("a multiply-add is two FLOPs", _design_slip("one per multiply-add")),
+    Slip("the scores q.k and the weighted sum of the values are matrix products too",
+         _design_slip("no scores")),
+)
+
+
+# 9. no_causal_mask (an ablation to predict) --------------------------------------------------
 
 
 _NO_CAUSAL_MASK = Question(
@@ -411,7 +589,7 @@ _NO_CAUSAL_MASK = Question(
           "what does the model see when it generates one token at a time?"))
 
 
-# 8. mask_tokens, graded by its properties over many draws ---------------------------------------
+# 10. mask_tokens, graded by its properties over many draws ---------------------------------------
 
 #: A verdict passes when the measured share is within this many standard errors of its expectation.
 MLM_Z = 5.0
@@ -522,7 +700,7 @@ _MASK_TOKENS_SLIPS = (
 )
 
 
-# 9. next_token_loss --------------------------------------------------------------------------
+# 11. next_token_loss --------------------------------------------------------------------------
 
 
 def _nll(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -581,9 +759,16 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
              cases=_decoder_masks_cases, slips=_DECODER_MASKS_SLIPS,
              forbidden=(lm.gpt_attention_mask, lm.bert_attention_mask,
                         transformer.key_padding_mask, attention.causal_mask)),
+    Exercise(id="transformer.masked_self_attention", reference=masked_self_attention,
+             cases=_masked_attention_cases, slips=_MASKED_ATTENTION_SLIPS,
+             forbidden=(*_LAYERS, attention.causal_mask, lm.gpt_attention_mask)),
     Exercise(id="transformer.decoder_layer", reference=decoder_layer,
              cases=_decoder_layer_cases, slips=_DECODER_LAYER_SLIPS, forbidden=_LAYERS),
     _FFN_SHARE,
+    Exercise(id="transformer.design_layer", reference=design_layer, cases=_design_cases,
+             slips=_DESIGN_SLIPS,
+             forbidden=(counting.attention_params, counting.feed_forward_params,
+                        counting.encoder_layer_params, counting.decoder_layer_params)),
     _NO_CAUSAL_MASK,
     Exercise(id="transformer.mask_tokens", reference=lm.mask_tokens, cases=_mask_tokens_cases,
              call=mask_tokens_draws, postprocess=mask_tokens_verdicts,
