@@ -69,7 +69,7 @@ RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 VENV="${COURSE_VENV:-/opt/course-venv}"
 mkdir -p "$ROOT/results"
-PYTHONPATH="$ROOT/source/course" "$VENV/bin/python" -s -m autograder.gradescope run --root "$ROOT"
+COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/source/course" "$VENV/bin/python" -s -m autograder.gradescope run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   msg="The autograder could not run (exit status $status): please tell your instructor."

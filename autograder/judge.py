@@ -51,6 +51,7 @@ class Judge:
         self._expected: dict[tuple[str, int], Any] = {}
         self._cases: dict[str, list[grading.Case]] = {}
         self._inputs: dict[str, list[dict[str, Any]]] = {}
+        self._inputs_probe: dict[tuple[str, int], dict[str, Any]] = {}
 
     def _exercise_lock(self, exercise_id: str) -> threading.Lock:
         with self._lock:
@@ -71,10 +72,75 @@ class Judge:
             return self._inputs[exercise_id]
 
     def write_inputs(self, folder: Path, exercise_ids: list[str]) -> None:
-        """Write the hidden inputs of ``exercise_ids`` where the sandboxes read them."""
+        """Write the hidden inputs of ``exercise_ids`` (and their memory probes' inputs) where
+        the sandboxes read them."""
         for exercise_id in exercise_ids:
-            grading.write_case_inputs(grading.get_exercise(exercise_id), folder,
-                                      self.inputs(exercise_id))
+            ex = grading.get_exercise(exercise_id)
+            grading.write_case_inputs(ex, folder, self.inputs(exercise_id))
+            if ex.memory_probe is not None:
+                grading.write_probe_inputs(ex, folder, self.probe_inputs(exercise_id))
+
+    def probe_inputs(self, exercise_id: str) -> dict[str, Any]:
+        """The inputs of the exercise's memory probe, built once (under the run's secret)."""
+        probe = grading.get_exercise(exercise_id).memory_probe
+        if probe is None:
+            raise grading.GradingError(f"{exercise_id} has no memory probe")
+        with self._exercise_lock(exercise_id):
+            key = (exercise_id, -1)
+            if key not in self._inputs_probe:
+                self._inputs_probe[key] = probe.inputs()
+            return self._inputs_probe[key]
+
+    def probe_input_bytes(self, exercise_id: str) -> int:
+        """Bytes of the probe's input tensors (what the sandbox holds before the function runs)."""
+        import torch
+
+        total = 0
+        for value in self.probe_inputs(exercise_id).values():
+            if isinstance(value, torch.Tensor):
+                total += value.numel() * value.element_size()
+        return total
+
+    def judge_probe(self, exercise_id: str, record_dir: Path, died: str | None) -> str | None:
+        """The verdict on the memory probe: None when it passed, else the student's message.
+
+        Args:
+            exercise_id: the exercise.
+            record_dir: where the sandbox's ``<id>/probe.npz`` was written.
+            died: why the sandbox ended during the probe (out of memory, most often), if it did.
+        """
+        ex = grading.get_exercise(exercise_id)
+        probe = ex.memory_probe
+        assert probe is not None
+        limit = f"{probe.budget_bytes / (1 << 20):,.0f} MiB"
+        over = (f"on a large case ({probe.name}) your function needed more memory than the "
+                f"{limit} the statement allows beyond its inputs: it must not build "
+                f"{ex.too_large}")
+        path = record_dir / exercise_id / grading.PROBE_RECORD
+        if died is not None or not path.exists():
+            return over if died is None or "memory" in died or "signal" in died else (
+                f"on a large case ({probe.name}): {died}")
+        try:
+            record = load_record_safely(path)
+        except Exception as err:  # noqa: BLE001 - a bad record fails the probe, nothing more
+            return f"on a large case ({probe.name}): unreadable result ({err})"
+        error = record.get("error")
+        if error is not None:
+            text = str(error)[:2000]
+            if any(w in text for w in ("MemoryError", "not enough memory", "can't allocate",
+                                       "Cannot allocate memory", "out of memory")):
+                return over
+            return f"on a large case ({probe.name}): {text}"
+        case = probe.case()
+        inputs = self.probe_inputs(exercise_id)
+        with self._exercise_lock(exercise_id):
+            key = (exercise_id, -1)
+            if key not in self._expected:
+                self._expected[key] = grading.reference_output(ex, case, copy.deepcopy(inputs))
+            expected = self._expected[key]
+        msg = grading.judge(ex, case, record.get("output"), None, None, expected,
+                            inputs=inputs, measured_here=False)
+        return None if msg is None else f"on a large case ({probe.name}): {msg}"
 
     def expected(self, exercise_id: str, k: int) -> Any:
         case = self.cases(exercise_id)[k]  # takes (and releases) the exercise's lock itself
@@ -92,16 +158,16 @@ class Judge:
         ex = grading.get_exercise(exercise_id)
         case = self.cases(exercise_id)[k]
         got, error, hit = record.get("output"), record.get("error"), record.get("reference_called")
-        largest = record.get("largest")
         if error is not None:
             error = str(error)[:2000]
         if hit is not None:
             hit = str(hit)[:200]
-        if largest is not None and (type(largest) is not int or largest < 0):
-            return "the result could not be judged (a malformed size)"
         expected = None if (hit or error) else self.expected(exercise_id, k)
         inputs = copy.deepcopy(self.inputs(exercise_id)[k])
-        return grading.judge(ex, case, got, error, hit, expected, largest=largest, inputs=inputs)
+        # A record's "largest" (the in-kernel meter's) is written by the student's process: never
+        # trusted. Memory rules are graded by the memory probe, limited from outside.
+        return grading.judge(ex, case, got, error, hit, expected, inputs=inputs,
+                             measured_here=False)
 
     def judge(self, exercise_id: str, record_dir: Path, ran_error: str | None) -> ExerciseVerdict:
         """Judge every hidden case of an exercise from the records in ``record_dir``."""

@@ -32,7 +32,6 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from autograder.chapter_spec import ChapterSpec, load_chapter_spec
 from autograder.ingest.validate import InvalidSubmission, load_notebook
 from autograder.judge import Judge
 from autograder.results import ExerciseOutcome, GradeResult
-from autograder.run import cgroups
+from autograder.run import cgroups, environment
 from autograder.run.batch import Workspace, grade_notebook
 from autograder.run.course import prepare_sandbox_course
 from autograder.run.hardened import SandboxFactory
@@ -243,6 +242,7 @@ class HostSandbox(Sandbox):
 
     scratch: Path | None = None
     runner: Path | None = None
+    site: Path | None = None
     home: Path | None = field(default=None, init=False)
 
     def start(self) -> None:
@@ -259,8 +259,9 @@ class HostSandbox(Sandbox):
                 os.chown(p, uid, uid)
         self.home.chmod(0o700)
         env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.home),
-            "TMPDIR": str(self.home), "PYTHONPATH": str(self.course_dir),
+            "PATH": "/usr/bin:/bin", "HOME": str(self.home),
+            "TMPDIR": str(self.home),
+            "PYTHONPATH": os.pathsep.join([str(self.course_dir), str(self.site or "")]),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
             "COURSE_GRADING_MODE": "record",
             "COURSE_GRADING_RECORD_DIR": str(self.home / "records"),
@@ -272,7 +273,8 @@ class HostSandbox(Sandbox):
             "CUDA_VISIBLE_DEVICES": "", "LANG": "C.UTF-8",
         }
         def command(cmd_r: int, rep_w: int) -> list[str]:
-            args = [sys.executable, "-s", str(self.runner or RUNNER), str(cmd_r), str(rep_w)]
+            args = [environment.sandbox_python(), *environment.python_flags(),
+                    str(self.runner or RUNNER), str(cmd_r), str(rep_w)]
             if root:
                 args = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *args]
@@ -401,10 +403,50 @@ def _fallback_factory(work: Path, lock: list[Path]) -> SandboxFactory:
     runner_copy = work / "runner.py"
     shutil.copyfile(RUNNER, runner_copy)
     runner_copy.chmod(0o644)
+    site = sandbox_site(work / "site")
+    if os.environ.get(PLATFORM_CONTAINER_ENV) and os.geteuid() == 0:
+        lock_other_packages()
 
     def factory(course: Path, slot: int, lim: Limits) -> Sandbox:
-        return HostSandbox(course, slot, lim, scratch=homes, runner=runner_copy)
+        return HostSandbox(course, slot, lim, scratch=homes, runner=runner_copy, site=site)
     return factory
+
+
+#: Set by the platforms' run scripts (the container is thrown away after one submission): the
+#: fallback runner may then lock the packages the sandbox must not reach.
+PLATFORM_CONTAINER_ENV = "COURSE_PLATFORM_CONTAINER"
+
+
+def sandbox_site(dest: Path) -> Path:
+    """A folder of links to the allowed distributions' entries alone
+    (:func:`autograder.run.environment.site_entries`): the fallback runner's ``PYTHONPATH``, as
+    ``/opt/site`` is bubblewrap's."""
+    dest.mkdir(parents=True, exist_ok=True)
+    dest.chmod(0o755)
+    for name, path in environment.site_entries().items():
+        link = dest / name
+        if not link.exists():
+            link.symlink_to(path)
+    return dest
+
+
+def lock_other_packages() -> list[str]:
+    """In a platform's throw-away container, as root: make every installed entry that the
+    allow-list does not name readable by root alone (mode 0700), in every folder of packages, so
+    that student code running as another uid cannot reach it by path (``sys.path.append``).
+    The trusted process (root) still imports them. Returns what was locked."""
+    allowed = {path.resolve() for path in environment.site_entries().values()}
+    locked = []
+    for folder in environment.package_folders():
+        for entry in Path(folder).iterdir():
+            if entry.resolve() in allowed or entry.is_symlink():
+                continue
+            try:
+                entry.chmod(0o700)
+                locked.append(str(entry))
+            except OSError:
+                continue
+    return locked
 
 
 def _run_one(spec: ChapterSpec, nb: NotebookNode, result: GradeResult, bundle: dict[str, Any],

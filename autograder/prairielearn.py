@@ -68,7 +68,7 @@ RUN_SH = r"""#!/usr/bin/env bash
 ROOT="${GRADE_ROOT:-/grade}"
 VENV="${COURSE_VENV:-/opt/course-venv}"
 mkdir -p "$ROOT/results"
-PYTHONPATH="$ROOT/tests/course" "$VENV/bin/python" -s -m autograder.prairielearn run --root "$ROOT"
+COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/tests/course" "$VENV/bin/python" -s -m autograder.prairielearn run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   msg="The grader could not run (exit status $status): please tell your instructor."

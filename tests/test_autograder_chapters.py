@@ -25,6 +25,12 @@ and each copy must get exactly its grade:
 * ``memorised``: every exercise a table of course_lib's outputs on the hidden inputs as a
   student would build them in advance (tests/adversarial/memorised.py), no implementation: the
   grading run's secret changes the inputs, zero.
+* ``imports-outside``: every solution imports a package of the development environment that the
+  statements rule out (``transformers``) first: the sandbox does not hold it, zero, and the
+  feedback names the import;
+* ``meter-off``: every exercise with a memory rule builds the forbidden tensor with the
+  in-kernel meter switched off (tests/adversarial/memory.py); the grader limits the sandbox's
+  memory from outside, zero (the others are left blank).
 
 tests/test_grading_chapters.py runs the solution and the blank release through both engines;
 this file is the hardened grader's defences, chapter by chapter.
@@ -46,14 +52,14 @@ import pytest
 from autograder.chapter_spec import load_chapter_spec
 from course_lib import grading
 from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
-from tests.adversarial import memorised
+from tests.adversarial import memorised, memory
 from tests.adversarial.chapters import released_copy
 from tests.adversarial.generate import _solution_text
 from tests.fixtures.colab.transform import colab_transform
 
 CHAPTERS = [c.slug for c in all_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
 COPIES = ["solution", "blank", "partial", "calls-reference", "guard-off", "colab",
-          "stripped-metadata", "module-helpers", "memorised"]
+          "stripped-metadata", "module-helpers", "memorised", "imports-outside", "meter-off"]
 
 
 def test_chapters_are_found_by_glob() -> None:
@@ -126,6 +132,14 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
         with memorised.secret("a-guess-made-before-the-grading-run"):
             return memorised.cell_source(ex.function, memorised.build_table(registered))
 
+    def imports_outside(ex):
+        text = _solution_text(src[ex.solution_grade_id])
+        head, sep, body = text.partition(":\n")
+        return f"{head}{sep}    import transformers\n{body}"
+
+    def meter_off(ex):
+        return memory.NAIVE.get(ex.exercise_id)
+
     solved = with_cells(solution)
     half = {ex.exercise_id for i, ex in enumerate(spec.exercises) if i % 2 == 0}
     stripped = copy.deepcopy(solved)
@@ -144,6 +158,8 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
         "stripped-metadata": (_dump(stripped), full),
         "module-helpers": (_dump(with_cells(module_helpers)), zero),
         "memorised": (_dump(with_cells(memorised_cell)), zero),
+        "imports-outside": (_dump(with_cells(imports_outside)), zero),
+        "meter-off": (_dump(with_cells(meter_off)), zero),
     }
 
 
@@ -206,3 +222,21 @@ def test_memorised_outputs_fail_the_hidden_cases_themselves(graded: dict) -> Non
         messages = graded["results"]["memorised"]["exercises"][ex.exercise_id]["messages"]
         assert any("input not memorised" in m for m in messages), \
             f"{graded['name']} {ex.exercise_id}: {messages[:2]}"
+
+
+def test_imports_outside_the_allow_list_are_named(graded: dict) -> None:
+    """A solution that imports a package the statements rule out scores 0, and the feedback says
+    which import (the sandbox does not hold the package)."""
+    for eid, r in graded["results"]["imports-outside"]["exercises"].items():
+        assert any("imports transformers" in m for m in r["messages"]), \
+            f"{graded['name']} {eid}: {r['messages'][:2]}"
+
+
+def test_memory_rules_are_graded_from_outside_the_kernel(graded: dict) -> None:
+    """The forbidden tensor built with the meter off fails on the memory probe, in the words of
+    the memory rule."""
+    results = graded["results"]["meter-off"]["exercises"]
+    for eid in memory.NAIVE:
+        if eid in results:
+            assert any("more memory than" in m for m in results[eid]["messages"]), \
+                f"{graded['name']} {eid}: {results[eid]['messages'][:3]}"

@@ -337,6 +337,58 @@ class SandboxCgroup:
                     time.sleep(0.02)
         return removed
 
+    def memory_current(self) -> int | None:
+        """Bytes the cgroup's processes hold now (``memory.current``; v1
+        ``memory.usage_in_bytes``), None without a memory cgroup."""
+        d = self.dirs.get("memory")
+        if d is None:
+            return None
+        try:
+            return int(_read(d / ("memory.current" if self.version == 2
+                                  else "memory.usage_in_bytes")))
+        except (OSError, ValueError):
+            return None
+
+    def memory_unreclaimable(self) -> int | None:
+        """Bytes the cgroup holds that the kernel cannot drop to make room: anonymous memory,
+        tmpfs files and (v2) kernel memory, from ``memory.stat``; page cache (the files its
+        processes read, reclaimable) left out. None without a memory cgroup."""
+        d = self.dirs.get("memory")
+        if d is None:
+            return None
+        try:
+            stat = dict(line.split() for line in _read(d / "memory.stat").splitlines()
+                        if len(line.split()) == 2)
+            values = {k: int(v) for k, v in stat.items()}
+        except (OSError, ValueError):
+            return None
+        if self.version == 2:
+            kernel = values.get("kernel", values.get("slab", 0) + values.get("kernel_stack", 0)
+                                + values.get("pagetables", 0))
+            return values.get("anon", 0) + values.get("shmem", 0) + kernel
+        return (values.get("total_rss", values.get("rss", 0))
+                + values.get("total_shmem", values.get("shmem", 0)))
+
+    def set_memory_limit(self, memory_bytes: int) -> bool:
+        """Set the cgroup's memory limit (and, on v1, memory + swap) to ``memory_bytes``; False
+        without a memory cgroup or where the kernel refused it."""
+        d = self.dirs.get("memory")
+        if d is None:
+            return False
+        value = str(int(memory_bytes))
+        try:
+            if self.version == 2:
+                _write(d / "memory.max", value)
+                return True
+            _write(d / "memory.limit_in_bytes", value)  # lowered first: memsw >= memory
+            try:
+                _write(d / "memory.memsw.limit_in_bytes", value)
+            except OSError:
+                pass  # no swap accounting: the memory limit alone
+            return True
+        except OSError:
+            return False
+
     def _peak_file(self) -> Path | None:
         d = self.dirs.get("memory")
         if d is None:

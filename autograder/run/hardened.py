@@ -11,6 +11,7 @@ judge's, from the records alone; a failing visible test also fails the exercise.
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from autograder.judge import Judge
 from autograder.rebuild import Plan, StudentCell
 from autograder.results import CellLog, ExerciseOutcome
 from autograder.run.sandbox import Limits, Sandbox, SandboxDied
+from course_lib import grading
+from course_lib.grading import PROBE_RECORD
 
 MAX_RECORD_FILE = 16 << 20
 #: Caps on what a reply may carry into results, feedback and the summary: everything the sandbox
@@ -54,7 +57,7 @@ def clean_runtime(reply: dict) -> dict[str, str]:
             "code_origin": origin[:MAX_ORIGIN_CHARS] if isinstance(origin, str) else ""}
 
 
-def clean_reply(reply: dict, n_cases: int = 0) -> dict:
+def clean_reply(reply: dict, n_cases: int = 0, probe: bool = False) -> dict:
     """A sandbox reply reduced to typed, capped fields: ``ok``, ``error``, ``output``, ``records``
     (and the graded function's description, :func:`clean_runtime`).
 
@@ -69,7 +72,7 @@ def clean_reply(reply: dict, n_cases: int = 0) -> dict:
     """
     error = reply.get("error")
     records = reply.get("records")
-    names = {f"case{k:02d}.npz" for k in range(n_cases)}
+    names = {f"case{k:02d}.npz" for k in range(n_cases)} | ({PROBE_RECORD} if probe else set())
     kept = {}
     if isinstance(records, dict):
         for name in sorted(names):
@@ -210,12 +213,90 @@ class _Run:
         self.save_records(eid, records)
         verdict = self.judge.judge(eid, self.record_root, hidden_error)
         res.messages.extend(verdict.messages)
-        if verdict.passed and visible_error is None:
+        passed = verdict.passed
+        if passed and grading.get_exercise(eid).memory_probe is not None:
+            probe_message = self.memory_probe(res, cells, eid, ex.function)
+            if probe_message is not None:
+                passed = False
+                res.messages.append(probe_message)
+        if passed and visible_error is None:
             res.points, res.status = ex.points, "passed"
-        elif verdict.passed:
+        elif passed:
             res.messages.append(f"the visible tests failed: {visible_error}")
         if hidden_error and not verdict.passed and not verdict.messages:
             res.messages.append(hidden_error)
+        missing = unavailable_imports(res)
+        if missing and res.points == 0:
+            res.messages.insert(0, f"your code imports {', '.join(missing)}, which the grading "
+                                "environment does not hold: it holds what the statement allows "
+                                "(torch, numpy and Python's standard library), nothing else")
+
+    def memory_probe(self, res: ExerciseOutcome, cells: list[StudentCell], eid: str,
+                     function: str) -> str | None:
+        """The exercise's memory rule, graded from outside the student's process.
+
+        A fresh sandbox runs the setup cell and loads the probe's inputs (no student code has run
+        yet); the driver measures what the sandbox holds and limits it, itself, to that plus the
+        probe's budget (:meth:`Sandbox.limit_memory`: the cgroup and every process's address
+        space); then the exercise's own cells run and the function is called once on the probe.
+        The judge compares the output with the reference; running out of memory fails.
+        """
+        probe = grading.get_exercise(eid).memory_probe
+        assert probe is not None
+        self.kill()
+        self.box = None
+        slack = PROBE_SLACK_BYTES
+        try:
+            box = self.factory(self.course_dir, self.slot, self.limits)
+            box.start()
+            self.box = box
+            for code in self.spec.setup:
+                box.run("cell", code, self.limits.cell_timeout)
+            load = clean_reply(box.run("test", f"from course_lib import grading as _g\n"
+                                              f"_g.load_probe({eid!r})\n", self.limits.cell_timeout,
+                                       exercise=eid, hidden=False))
+            if not load["ok"]:
+                return f"the memory probe could not be prepared: {load['error']}"
+            baseline = box.memory_in_use()
+            if not box.limit_memory(probe.budget_bytes + slack, baseline):
+                return ("the grader could not limit the sandbox's memory here, so the memory rule "
+                        "could not be graded (ask your instructor)")
+            for cell in cells:
+                box.run("cell", cell.source, self.limits.cell_timeout)
+            reply = clean_reply(box.run("test", f"from course_lib import grading as _g\n"
+                                                f"_g.record_probe({eid!r}, {function})\n",
+                                        self.limits.cell_timeout, exercise=eid, hidden=True,
+                                        cases=0, probe=True), probe=True)
+            died = None
+            self.save_records(eid, reply["records"])
+        except SandboxDied as err:
+            died = "timed out" if err.timed_out else err.reason
+            if err.timed_out:
+                return (f"on a large case ({probe.name}) your function did not finish within "
+                        f"{self.limits.cell_timeout:g} s")
+            self.save_records(eid, {})
+        finally:
+            self.kill()  # its memory limit must not outlive the probe
+            self.box = None
+        res.notes.append(f"memory rule checked on a large case ({probe.name}) under a limit "
+                         f"of {probe.budget_bytes / (1 << 20):,.0f} MiB beyond its inputs")
+        return self.judge.judge_probe(eid, self.record_root, died)
+
+
+#: Room the memory probe leaves beyond its budget for the interpreter's own allocations.
+PROBE_SLACK_BYTES = 48 << 20
+
+
+def unavailable_imports(res: ExerciseOutcome) -> list[str]:
+    """The modules an exercise's cells or tests failed to import (``No module named 'x'``),
+    from the errors of its cells and the judge's messages."""
+    texts = [log.error or "" for log in res.logs] + list(res.messages)
+    found: list[str] = []
+    for text in texts:
+        for name in re.findall(r"No module named '([\w.]+)'", text):
+            if name not in found:
+                found.append(name)
+    return found
 
 
 def run_submission(spec: ChapterSpec, plan: Plan, judge: Judge, course_dir: Path,

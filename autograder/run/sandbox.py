@@ -414,6 +414,46 @@ class Sandbox:
             self.cgroup = None
         return code
 
+    def processes(self) -> list[int]:
+        """The sandbox's processes as this process sees them: its cgroup's, else the
+        descendants of the process it started."""
+        if self.cgroup is not None:
+            found = self.cgroup.pids()
+            if found:
+                return sorted(found)
+        if self.proc is None:
+            return []
+        return _descendants(self.proc.pid)
+
+    def memory_in_use(self) -> tuple[int | None, int]:
+        """``(bytes the sandbox's cgroup holds that cannot be reclaimed, or None; the address
+        space of its processes)``: what the trusted driver measures before a memory probe (the
+        page cache of files it read is left out: the kernel drops it to make room, so it must not
+        count as room)."""
+        current = self.cgroup.memory_unreclaimable() if self.cgroup is not None else None
+        return current, sum(_vm_size(pid) for pid in self.processes())
+
+    def limit_memory(self, extra_bytes: int, baseline: tuple[int | None, int]) -> list[str]:
+        """Limit the sandbox, from outside, to ``baseline`` plus ``extra_bytes``: its cgroup's
+        memory limit and each of its processes' address space (``prlimit``; children inherit
+        it). Returns what was limited (empty: nothing could be, the caller must not grade)."""
+        current, _ = baseline
+        done = []
+        if current is not None and self.cgroup is not None:
+            if self.cgroup.set_memory_limit(current + extra_bytes):
+                done.append("cgroup")
+        for pid in self.processes():
+            size = _vm_size(pid)
+            if size <= 0:
+                continue
+            try:
+                resource.prlimit(pid, resource.RLIMIT_AS, (size + extra_bytes,
+                                                          size + extra_bytes))
+                done.append(f"address space of {pid}")
+            except (OSError, ValueError):
+                continue
+        return done
+
     def memory_peak(self) -> int | None:
         """Bytes: the most memory the sandbox's processes held together since it started or
         since :meth:`reset_memory_peak`; None without a memory cgroup (or where the kernel
@@ -431,6 +471,38 @@ class Sandbox:
         """Start :meth:`memory_peak` again from the memory held now; False where it cannot be
         reset (no memory cgroup; cgroup v2 before Linux 6.12)."""
         return self.cgroup.reset_memory_peak() if self.cgroup is not None else False
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return sorted(out)
+
+
+def _vm_size(pid: int) -> int:
+    """Bytes of ``pid``'s address space (``VmSize``), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _death_reason(code: int | None) -> str:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from course_lib import attention, entmax, linear_attention, sparse_attention, tiled_attention
 from course_lib.exercises._common import Inputs, f32, f64, gen, randn
-from course_lib.grading import Case, Exercise, Slip
+from course_lib.grading import Case, Exercise, MemoryProbe, Slip
 
 # 1. sliding_window_mask ------------------------------------------------------------------------
 
@@ -264,6 +264,18 @@ def _linear_cases() -> list[Case]:
     ]
 
 
+def _linear_probe_inputs() -> dict[str, Any]:
+    return {"q": randn(48, 1, 8192, 8, dtype=f64), "k": randn(49, 1, 8192, 8, dtype=f64),
+            "v": randn(50, 1, 8192, 8, dtype=f64)}
+
+
+#: The memory rule as the hardened grader enforces it: 8192 positions in float64, where the
+#: T x T scores take 512 MiB and the prefix-sum states (T x d x d_v) take 4 MiB.
+_LINEAR_PROBE = MemoryProbe("float64, 8192 positions, under a memory limit",
+                            _linear_probe_inputs, budget_bytes=192 << 20,
+                            forbidden_bytes=8192 * 8192 * 8)
+
+
 def _linear_bound(inputs: Mapping[str, Any]) -> int:
     """The statement's bound: a few tensors of ``(..., T, d, d_v)``, far below ``T x T``."""
     q: torch.Tensor = inputs["q"]
@@ -451,6 +463,18 @@ def _tile_cases() -> list[Case]:
     ]
 
 
+def _tile_probe_inputs() -> dict[str, Any]:
+    return {"q": randn(77, 1, 8192, 8, dtype=f64), "k": randn(78, 1, 8192, 8, dtype=f64),
+            "v": randn(79, 1, 8192, 8, dtype=f64), "block_size": 64}
+
+
+#: The memory rule as the hardened grader enforces it: 8192 queries against 8192 keys in
+#: float64, where the full score matrix takes 512 MiB and one block of scores 4 MiB.
+_TILE_PROBE = MemoryProbe("float64, 8192 queries and keys in blocks of 64, under a memory limit",
+                          _tile_probe_inputs, budget_bytes=192 << 20,
+                          forbidden_bytes=8192 * 8192 * 8)
+
+
 def _tile_bound(inputs: Mapping[str, Any]) -> int:
     """The statement's bound: twice the largest of the inputs and of one tile of scores."""
     q: torch.Tensor = inputs["q"]
@@ -571,7 +595,7 @@ EXERCISES = {ex.id: ex for ex in [
                         sparse_attention.union, sparse_attention.block_layout)),
     Exercise(id="efficient_attention.causal_linear_attention",
              reference=linear_attention.causal_linear_attention, cases=_linear_cases,
-             slips=_LINEAR_SLIPS, largest_tensor=_linear_bound,
+             slips=_LINEAR_SLIPS, largest_tensor=_linear_bound, memory_probe=_LINEAR_PROBE,
              forbidden=(linear_attention.kernel_attention, linear_attention.linear_attention,
                         linear_attention.linear_attention_step,
                         linear_attention.recurrent_linear_attention,
@@ -584,6 +608,7 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_ONLINE_SLIPS, forbidden=(tiled_attention.online_softmax,)),
     Exercise(id="efficient_attention.query_tile_attention", reference=query_tile_attention,
              cases=_tile_cases, slips=_TILE_SLIPS, largest_tensor=_tile_bound,
+             memory_probe=_TILE_PROBE,
              forbidden=(tiled_attention.tiled_attention_forward, tiled_attention.tiled_attention,
                         tiled_attention.TiledAttentionFunction, tiled_attention.naive_attention,
                         attention.scaled_dot_product_attention, attention.masked_softmax,

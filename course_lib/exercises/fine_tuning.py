@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from course_lib import arithmetic, distill, dpo, finetune, lora
 from course_lib.exercises._calls import extract_all
 from course_lib.exercises._common import f32, f64, gen, pick, randn
-from course_lib.grading import Case, Exercise, Question, Slip
+from course_lib.grading import Case, Exercise, MemoryProbe, Question, Slip
 
 # 1. lora_forward --------------------------------------------------------------------------------
 
@@ -65,12 +65,30 @@ def _lora_forward_cases() -> list[Case]:
 
 
 def _lora_bound(inputs: Mapping[str, Any]) -> int:
-    """Without B A the largest new tensor is the output, x's size or x A^T: rows x max(in, out)."""
+    """Without B A the largest new tensor is the output, x's size, x A^T, or a rescaled copy of
+    A or B (``B * alpha / r``): the largest of rows x max(in, out, r), out x r and r x in."""
     x: torch.Tensor = inputs["x"]
     weight: torch.Tensor = inputs["weight"]
     lora_a: torch.Tensor = inputs["lora_a"]
     rows = x.numel() // x.shape[-1]
-    return rows * max(weight.shape[0], weight.shape[1], lora_a.shape[0])
+    r = lora_a.shape[0]
+    return max(rows * max(weight.shape[0], weight.shape[1], r), weight.shape[0] * r,
+               r * weight.shape[1])
+
+
+def _lora_probe_inputs() -> dict[str, Any]:
+    n = 8192
+    return {"x": randn(91, 4, n), "weight": randn(92, n, n, scale=n ** -0.5),
+            "bias": randn(93, n), "lora_a": randn(94, 8, n, scale=n ** -0.5),
+            "lora_b": randn(95, n, 8), "alpha": 16.0}
+
+
+#: The memory rule as the hardened grader enforces it: an 8192 x 8192 layer in float32, whose
+#: B A (out x in) takes 256 MiB, under a limit of 96 MiB beyond the inputs; every way of applying
+#: A and then B needs well under 1 MiB here.
+_LORA_PROBE = MemoryProbe("float32, an 8192 x 8192 layer of rank 8, under a memory limit",
+                          _lora_probe_inputs, budget_bytes=96 << 20,
+                          forbidden_bytes=8192 * 8192 * 4)
 
 
 def _lora_alpha_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -680,7 +698,7 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
              cases=_loss_cases, slips=_LOSS_SLIPS),
     Exercise(id="fine_tuning.lora_forward", reference=lora.lora_forward,
              cases=_lora_forward_cases, slips=_LORA_FORWARD_SLIPS,
-             forbidden=(lora.LoRALinear,), largest_tensor=_lora_bound,
+             forbidden=(lora.LoRALinear,), largest_tensor=_lora_bound, memory_probe=_LORA_PROBE,
              too_large="the product B A (out x in): apply A, then B"),
     Exercise(id="fine_tuning.merge_lora", reference=lora.merge_lora, cases=_merge_cases,
              slips=_MERGE_SLIPS, forbidden=(lora.merge_all,)),

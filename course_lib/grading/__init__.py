@@ -46,7 +46,14 @@ The modules, one job each:
 
 from __future__ import annotations
 
-from course_lib.grading.exercise import Case, Exercise, GradingError, ReferenceCallError, Slip
+from course_lib.grading.exercise import (
+    Case,
+    Exercise,
+    GradingError,
+    MemoryProbe,
+    ReferenceCallError,
+    Slip,
+)
 from course_lib.grading.guard import (
     REFERENCE_CALL_MESSAGE,
     STRIPPED_MARKER,
@@ -54,14 +61,25 @@ from course_lib.grading.guard import (
     is_reference_call,
     run_guarded,
 )
-from course_lib.grading.hidden import check, evaluate, format_failures, record
+from course_lib.grading.hidden import (
+    PROBE_RECORD,
+    check,
+    evaluate,
+    format_failures,
+    load_probe,
+    record,
+    record_probe,
+)
 from course_lib.grading.inputs import (
     CALL_MODULES,
     call_name,
     case_inputs_path,
+    probe_inputs_path,
     read_case_inputs,
+    read_probe_inputs,
     resolve_call,
     write_case_inputs,
+    write_probe_inputs,
 )
 from course_lib.grading.meter import AllocationMeter
 from course_lib.grading.modes import (
@@ -95,5 +113,6 @@ __all__ = [
     "explain", "forbidden_code_objects", "format_failures", "get_exercise", "grading_mode",
     "is_reference_call", "judge", "load_record", "read_case_inputs", "record", "record_path",
     "reference_output", "resolve_call", "run_guarded", "run_student", "save_record", "to_plain",
-    "under_grader", "visible_tests", "write_case_inputs",
+    "under_grader", "visible_tests", "write_case_inputs", "MemoryProbe", "PROBE_RECORD",
+    "load_probe", "probe_inputs_path", "read_probe_inputs", "record_probe", "write_probe_inputs",
 ]

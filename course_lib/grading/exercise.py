@@ -59,6 +59,44 @@ class Slip:
 
 
 @dataclass(frozen=True)
+class MemoryProbe:
+    """A memory rule graded from outside the student's process: one large case, run alone.
+
+    The trusted grader runs the student's function on ``inputs()`` in a fresh sandbox whose
+    memory it limits itself (the sandbox's cgroup and every sandbox process's address space):
+    the memory held after the setup cell, plus the inputs, plus ``budget_bytes``. The size is
+    chosen so that the algorithm the statement asks for needs a small part of the budget and
+    the tensor the rule forbids (``forbidden_bytes``, e.g. the ``T x T`` scores) does not fit in
+    it. Nothing the student's process measures or writes decides this verdict: a function that
+    runs out of memory fails, one that finishes is compared with the reference as any case.
+
+    Attributes:
+        name: what the case covers, shown in messages (never its values).
+        inputs: zero-argument callable returning the keyword arguments (seeded, like a case).
+        budget_bytes: what the function may allocate beyond its inputs.
+        forbidden_bytes: the size of the tensor the rule forbids (at least twice the budget).
+        rtol, atol: tolerances, as a case's.
+    """
+
+    name: str
+    inputs: Callable[[], dict[str, Any]]
+    budget_bytes: int
+    forbidden_bytes: int
+    rtol: float | None = None
+    atol: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < 2 * self.budget_bytes <= self.forbidden_bytes:
+            raise ValueError(f"memory probe {self.name!r}: the budget ({self.budget_bytes:,} "
+                             f"bytes) must be positive and at most half of the forbidden "
+                             f"allocation ({self.forbidden_bytes:,} bytes)")
+
+    def case(self) -> Case:
+        """The probe as a :class:`Case` (the judge compares its output like any case's)."""
+        return Case(self.name, self.inputs, self.rtol, self.atol)
+
+
+@dataclass(frozen=True)
 class Exercise:
     """A graded exercise: its reference, its hidden cases and how to explain a mismatch.
 
@@ -93,6 +131,9 @@ class Exercise:
         allowed: course_lib callables the statement allows, although another exercise (of any
             chapter) forbids them.
         too_large: what the memory message says the function must not build.
+        memory_probe: the memory rule as the hardened grader enforces it, from outside the
+            student's process (:class:`MemoryProbe`); ``largest_tensor`` is then only the
+            student's own check in the notebook (compare mode), which the grader never trusts.
     """
 
     id: str
@@ -106,6 +147,7 @@ class Exercise:
     largest_tensor: Callable[[Mapping[str, Any]], int] | None = None
     allowed: tuple[Callable[..., Any], ...] = ()
     too_large: str = "anything as large as the full score matrix"
+    memory_probe: MemoryProbe | None = None
 
     @property
     def name(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from course_lib.grading.exercise import GradingError, ReferenceCallError
-from course_lib.grading.inputs import read_case_inputs, resolve_call
+from course_lib.grading.inputs import read_case_inputs, read_probe_inputs, resolve_call
 from course_lib.grading.modes import INPUT_DIR_ENV, MODE_ENV, RECORD_DIR_ENV, grading_mode
 from course_lib.grading.questions import Question
 from course_lib.grading.records import record_path, save_record
@@ -63,11 +63,59 @@ def record(exercise_id: str, fn: Callable[..., Any], root: Path) -> None:
     except GradingError:
         forbidden = {}
     for k, inputs in enumerate(bundle["cases"]):
-        got, error, hit, largest = run_student(None, fn, None, forbidden,
-                                               inputs=copy.deepcopy(inputs), call=call,
-                                               measure=bool(bundle["measure"]))
+        # No meter here: a size measured in the student's process is never trusted, and the
+        # hardened grader grades memory rules with a probe it limits from outside.
+        got, error, hit, _ = run_student(None, fn, None, forbidden,
+                                         inputs=copy.deepcopy(inputs), call=call, measure=False)
         save_record(record_path(root, exercise_id, k), output=got, error=error,
-                    reference_called=hit, largest=largest)
+                    reference_called=hit)
+
+
+#: The record of an exercise's memory probe, beside its cases' (``record_dir/<id>/probe.npz``).
+PROBE_RECORD = "probe.npz"
+
+
+_PROBES: dict[str, dict[str, Any]] = {}
+
+
+def load_probe(exercise_id: str) -> None:
+    """Load the exercise's memory probe inputs into this process (record mode only).
+
+    The hardened grader sends this call in a fresh sandbox right after the setup cell, before
+    any student code runs, then measures the memory the sandbox holds and limits it from outside
+    to that plus the probe's budget; a small warm-up makes torch allocate its lazily created
+    buffers now rather than inside the budget.
+    """
+    import torch
+
+    folder = os.environ.get(INPUT_DIR_ENV)
+    if grading_mode() != "record" or not folder:
+        raise GradingError("a memory probe runs only under the hardened grader")
+    _PROBES[exercise_id] = read_probe_inputs(Path(folder), exercise_id)
+    x = torch.ones(8, 8)
+    (x @ x.T).softmax(-1).cumsum(-1).sum().item()
+    torch.ones(8, 8, dtype=torch.float64).cumsum(-1).sum().item()
+
+
+def record_probe(exercise_id: str, fn: Callable[..., Any]) -> None:
+    """Run ``fn`` on the exercise's memory probe (:func:`load_probe`) and record its output.
+
+    Nothing is measured here: the sandbox runs under a memory limit the grader set from outside
+    (:class:`course_lib.grading.exercise.MemoryProbe`).
+    """
+    root = os.environ.get(RECORD_DIR_ENV)
+    if grading_mode() != "record" or not root or exercise_id not in _PROBES:
+        raise GradingError("a memory probe runs only under the hardened grader")
+    if not callable(fn):
+        raise AssertionError(f"{exercise_id}: expected a function, got {type(fn).__name__}")
+    bundle = _PROBES.pop(exercise_id)
+    got, error, _, _ = run_student(None, fn, None, {}, inputs=bundle["inputs"],
+                                   call=resolve_call(bundle["call"]), measure=False)
+    del bundle
+    out = Path(root) / exercise_id / PROBE_RECORD
+    if out.exists():
+        out.unlink()
+    save_record(out, output=got, error=error)
 
 
 def format_failures(exercise_id: str, results: Sequence[CaseResult]) -> str | None:

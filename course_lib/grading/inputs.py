@@ -96,3 +96,27 @@ def read_case_inputs(folder: Path, exercise_id: str) -> dict[str, Any]:
     if not isinstance(bundle, dict) or bundle.get("exercise") != exercise_id:
         raise GradingError(f"{path} does not hold the inputs of {exercise_id}")
     return bundle
+
+
+def probe_inputs_path(folder: Path, exercise_id: str) -> Path:
+    """The file of an exercise's memory probe inputs in ``folder``."""
+    return Path(folder) / f"{exercise_id}.probe.pt"
+
+
+def write_probe_inputs(ex: Exercise, folder: Path, inputs: dict[str, Any]) -> Path:
+    """Write the inputs of ``ex``'s memory probe for the sandbox (trusted side)."""
+    path = probe_inputs_path(folder, ex.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"exercise": ex.id, "call": call_name(ex), "inputs": inputs}, path)
+    return path
+
+
+def read_probe_inputs(folder: Path, exercise_id: str) -> dict[str, Any]:
+    """The bundle :func:`write_probe_inputs` wrote (sandbox side)."""
+    path = probe_inputs_path(folder, exercise_id)
+    if not path.is_file():
+        raise GradingError(f"the grader gave no memory probe for {exercise_id}")
+    bundle = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(bundle, dict) or bundle.get("exercise") != exercise_id:
+        raise GradingError(f"{path} does not hold the memory probe of {exercise_id}")
+    return bundle

@@ -132,7 +132,7 @@ def _memory_verdict(ex: Exercise, inputs: Mapping[str, Any], largest: int | None
 
 def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None,
           expected: Any = None, *, largest: int | None = None,
-          inputs: dict[str, Any] | None = None) -> str | None:
+          inputs: dict[str, Any] | None = None, measured_here: bool = True) -> str | None:
     """The verdict on one case: ``None`` when it passes, else the message a student reads.
 
     The one place that turns an outcome into words, in the kernel and in the trusted judge.
@@ -146,6 +146,10 @@ def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None
         largest: the largest allocation measured while the student's function ran (exercises
             with ``largest_tensor``).
         inputs: the case's inputs when the caller has them (built from ``case`` otherwise).
+        measured_here: whether ``largest`` was measured by a process the caller trusts (the
+            kernel checking itself, in compare mode). The hardened grader's judge passes False:
+            a record's size comes from the student's process, and its memory rules are graded
+            by :class:`course_lib.grading.exercise.MemoryProbe` instead.
     """
     if hit is not None:
         return REFERENCE_CALL_MESSAGE.format(name=repr(hit))
@@ -166,4 +170,4 @@ def judge(ex: Exercise, case: Case, got: Any, error: str | None, hit: str | None
     if msg:
         extra = explain(ex, case, got, expected, inputs)
         return f"{extra}\n    ({msg})" if extra else msg
-    return _memory_verdict(ex, inputs, largest)
+    return _memory_verdict(ex, inputs, largest) if measured_here else None
