@@ -183,6 +183,48 @@ def beam_search(step: StepFn, prompt: torch.Tensor, beam_width: int, max_new_tok
     return beams[best, :t0 + int(lengths[best])], scores[best]
 
 
+def beam_search_cost(beam_width: int, vocab_size: int, max_new_tokens: int,
+                     prompt_len: int) -> tuple[int, int, int]:
+    r"""What :func:`beam_search` costs when no hypothesis finishes before ``max_new_tokens``.
+
+    Before step :math:`t = 0, \dots, n - 1` the beam holds :math:`b_t = \min(k, V^t)`
+    hypotheses of :math:`t_0 + t` tokens: the prompt has one continuation of each length,
+    and a beam cannot hold more distinct prefixes than exist. Each is scored by the step
+    function, and its :math:`V` extensions are the candidates. So
+
+    .. math:: R = \sum_{t=0}^{n-1} b_t, \qquad
+              T = \sum_{t=0}^{n-1} b_t\,(t_0 + t), \qquad
+              C = V \max_t b_t = V \min(k, V^{n-1}).
+
+    Args:
+        beam_width: ``k >= 1``.
+        vocab_size: ``V >= 1``, the size of the step's vocabulary (``<eos>`` included).
+        max_new_tokens: ``n >= 0``, the number of search steps.
+        prompt_len: ``t0 >= 1``, the tokens of the prompt.
+
+    Returns:
+        ``(R, T, C)``: the prefixes the step function scores over the whole search, the tokens
+        those prefixes hold (what a step function that re-reads its prefix processes), and the
+        most candidate scores held at one step (``(0, 0, 0)`` when ``n = 0``).
+
+    Example:
+        >>> beam_search_cost(beam_width=4, vocab_size=3, max_new_tokens=3, prompt_len=1)
+        (8, 19, 12)
+    """
+    k = check_int("beam_width", beam_width, minimum=1)
+    V = check_int("vocab_size", vocab_size, minimum=1)
+    n = check_int("max_new_tokens", max_new_tokens, minimum=0)
+    t0 = check_int("prompt_len", prompt_len, minimum=1)
+    rows = tokens = widest = 0
+    live = 1  # b_0: the prompt alone
+    for t in range(n):
+        rows += live
+        tokens += live * (t0 + t)
+        widest = max(widest, live)
+        live = min(k, live * V)  # never forms V^t: live stays at most k
+    return rows, tokens, widest * V
+
+
 def markov_step(logits: torch.Tensor) -> StepFn:
     """A step function whose next-token logits depend on the position and the last token only.
 

@@ -164,3 +164,45 @@ def test_bad_inputs_are_named() -> None:
         greedy_decode(step, torch.tensor([[1.0]]), 3, EOS)
     with pytest.raises(ValueError, match=r"\(B, V\)"):
         greedy_decode(lambda t: torch.zeros(5, 3), torch.tensor([[BOS]]), 3, EOS)
+
+
+class _Counting:
+    """Counts the prefixes, tokens and finite candidate scores a search asks of a step."""
+
+    def __init__(self, step: decoding.StepFn) -> None:
+        self.step, self.prefixes, self.tokens, self.candidates = step, 0, 0, 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = self.step(tokens)
+        self.prefixes += tokens.shape[0]
+        self.tokens += tokens.numel()
+        self.candidates = max(self.candidates, int(torch.isfinite(logits).sum()))
+        return logits
+
+
+@pytest.mark.parametrize("k, V, n, t0", [(1, 5, 6, 1), (2, 3, 3, 1), (3, 5, 6, 2), (4, 3, 6, 2),
+                                         (9, 2, 3, 1), (40, 3, 4, 1), (200, 3, 4, 3),
+                                         (5, 2, 1, 4), (3, 4, 0, 2)])
+def test_beam_search_cost_is_what_beam_search_asks_of_its_step(k: int, V: int, n: int,
+                                                               t0: int) -> None:
+    """The derived counts against a measurement: token V is an <eos> of probability zero, so no
+    hypothesis ends before max_new_tokens."""
+    logits = torch.randn(8, V + 1, V + 1, generator=torch.Generator().manual_seed(k),
+                         dtype=torch.float64)
+    logits[..., V] = float("-inf")
+    counter = _Counting(markov_step(logits))
+    beam_search(counter, torch.zeros(1, t0, dtype=torch.long), k, n, V)
+    assert (counter.prefixes, counter.tokens, counter.candidates) == \
+        decoding.beam_search_cost(k, V, n, t0)
+
+
+def test_beam_search_cost_by_hand_and_at_scale() -> None:
+    # k = 2, V = 3, n = 3, t0 = 1: beams of 1, 2, 2 prefixes of 1, 2, 3 tokens.
+    assert decoding.beam_search_cost(2, 3, 3, 1) == (5, 1 + 4 + 6, 6)
+    # A GPT-2-sized vocabulary: no V^t is ever formed; greedy scores one prefix per step.
+    assert decoding.beam_search_cost(4, 50257, 1000, 1)[0] == 1 + 4 * 999
+    assert decoding.beam_search_cost(1, 50257, 7, 2) == (7, sum(2 + t for t in range(7)), 50257)
+    with pytest.raises(ValueError, match="beam_width"):
+        decoding.beam_search_cost(0, 3, 3, 1)
+    with pytest.raises(TypeError, match="vocab_size"):
+        decoding.beam_search_cost(2, 3.0, 3, 1)  # type: ignore[arg-type]

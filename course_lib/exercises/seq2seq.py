@@ -10,10 +10,12 @@ exercise                     reference
 ``greedy_decode``            :func:`course_lib.decoding.greedy_decode`
 ``beam_search``              :func:`course_lib.decoding.beam_search`
 ``beam_vs_greedy``           a question: can two beams lose to greedy search?
+``beam_cost``                :func:`course_lib.decoding.beam_search_cost` (a count to derive)
 ``masked_softmax``           :func:`course_lib.attention.masked_softmax`
 ``additive_score``           :func:`course_lib.alignment.additive_score`
 ``context_vector``           :func:`course_lib.alignment.context_vector`
-``attention_decoder_step``   :func:`course_lib.seq2seq.attention_decoder_step`
+``attention_decoder_step``   :func:`course_lib.seq2seq.attention_decoder_step` (a given step
+                             whose attention is uniform, to debug)
 ``uniform_attention``        a prediction: the trained model with its attention made uniform
 ===========================  ===========================================================
 
@@ -23,6 +25,11 @@ values. The step functions handed to the decoding exercises are tiny Markov scor
 (:func:`course_lib.decoding.markov_step`), not course_lib models, so a correct solution never
 touches a forbidden function. Slips are torch-only wrong implementations; a question's slips
 explain why a wrong letter is wrong without naming the right one.
+
+The hidden inputs of the decoding exercises hold :class:`course_lib.decoding.MarkovStep` objects,
+so the grading sandbox must hold :mod:`course_lib.decoding` (:data:`SANDBOX_MODULES`); the
+functions of it that compute an answer (``greedy_decode``, ``beam_search``, ``beam_search_cost``)
+are the references of these exercises, which the grading guard forbids everywhere.
 """
 
 from __future__ import annotations
@@ -35,8 +42,12 @@ import torch
 from torch import nn
 
 from course_lib import alignment, attention, decoding, seq2seq
-from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, randn
+from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
+
+#: course_lib modules the grading sandbox must hold: the hidden inputs of ``greedy_decode`` and
+#: ``beam_search`` are ``decoding.MarkovStep`` objects, unpickled there.
+SANDBOX_MODULES = ("course_lib.decoding",)
 
 # 1. state_collision (a question) -------------------------------------------------------------
 _STATE_COLLISION = Question(
@@ -269,7 +280,79 @@ _BEAM_VS_GREEDY = Question(
           "prefixes score higher?"))
 
 
-# 5. masked_softmax ---------------------------------------------------------------------------
+# 5. beam_cost -------------------------------------------------------------------------------
+def _cost_cases() -> list[Case]:
+    def narrow() -> dict[str, Any]:  # a beam far narrower than the vocabulary
+        return {"beam_width": pick(1, 2, 6), "vocab_size": pick(2, 1000, 50000),
+                "max_new_tokens": pick(3, 5, 40), "prompt_len": pick(4, 1, 5)}
+
+    def wide() -> dict[str, Any]:  # V^t < k for the first steps
+        V = pick(5, 2, 4)
+        return {"beam_width": pick(6, V ** 2 + 1, V ** 3), "vocab_size": V,
+                "max_new_tokens": pick(7, 4, 8), "prompt_len": pick(8, 1, 3)}
+
+    def exhaustive() -> dict[str, Any]:  # wider than every prefix there is
+        V, n = pick(9, 2, 3), pick(10, 2, 4)
+        return {"beam_width": V ** n + pick(11, 0, 5), "vocab_size": V, "max_new_tokens": n,
+                "prompt_len": 1}
+
+    def greedy() -> dict[str, Any]:
+        return {"beam_width": 1, "vocab_size": pick(12, 3, 100), "max_new_tokens": pick(13, 2, 20),
+                "prompt_len": pick(14, 1, 4)}
+
+    def one_step() -> dict[str, Any]:
+        return {"beam_width": pick(15, 2, 8), "vocab_size": pick(16, 2, 30), "max_new_tokens": 1,
+                "prompt_len": pick(17, 1, 4)}
+
+    def long_prompt() -> dict[str, Any]:
+        return {"beam_width": pick(18, 3, 10), "vocab_size": pick(19, 2, 5),
+                "max_new_tokens": pick(20, 3, 9), "prompt_len": pick(21, 10, 60)}
+
+    return [Case("a narrow beam over a large vocabulary", narrow),
+            Case("a beam wider than the first steps' prefixes", wide),
+            Case("a beam wider than every prefix (exhaustive search)", exhaustive),
+            Case("a beam of 1 (greedy search)", greedy), Case("one step", one_step),
+            Case("a long prompt", long_prompt)]
+
+
+def _cost_slip(kind: str) -> Any:
+    """``beam_search_cost`` with one thing counted differently (torch-free, no reference)."""
+    def cost(beam_width: int, vocab_size: int, max_new_tokens: int,
+             prompt_len: int) -> tuple[int, int, int]:
+        rows = tokens = widest = 0
+        live = beam_width if kind == "always_k" else 1
+        for t in range(max_new_tokens + (kind == "one_more_step")):
+            rows += live
+            tokens += live * ({"no_prompt": t, "after_step": prompt_len + t + 1}.get(
+                kind, prompt_len + t))
+            widest = max(widest, live)
+            live = beam_width if kind == "always_k" else min(beam_width, live * vocab_size)
+        peak = beam_width * vocab_size if kind == "peak_k" else widest * vocab_size
+        return rows, tokens, peak if max_new_tokens else 0
+    return cost
+
+
+_COST_SLIPS = (
+    Slip("a beam holds no more hypotheses than there are distinct prefixes: the first step "
+         "scores the prompt alone, the next ones at most V^t prefixes", _cost_slip("always_k")),
+    Slip("n steps score n beams: the beam kept after the last step is not scored",
+         _cost_slip("one_more_step")),
+    Slip("the prefixes scored are right; every prefix holds the prompt's t0 tokens too",
+         _cost_slip("no_prompt")),
+    Slip("the prefixes scored are right; before step t a prefix holds t0 + t tokens (the token "
+         "chosen at step t is not read yet)", _cost_slip("after_step")),
+    Slip("the prefixes and tokens are right; the most candidates at one step is V times the "
+         "widest beam scored, which stays below k while V^t < k", _cost_slip("peak_k")),
+)
+
+
+def _cost_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
+    if not (isinstance(got, list) and len(got) == 3):
+        return "return three integers: (prefixes scored, tokens read, most candidates at one step)"
+    return None
+
+
+# 6. masked_softmax ---------------------------------------------------------------------------
 def _softmax_cases() -> list[Case]:
     def padded() -> dict[str, Any]:
         return {"scores": randn(1, 2, 3, 5), "mask": lengths_mask([5, 2], 5)[:, None, :]}
@@ -360,7 +443,7 @@ def _softmax_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str
     return _weights_diagnose(got, inputs["mask"], expected)
 
 
-# 6. additive_score ---------------------------------------------------------------------------
+# 7. additive_score ---------------------------------------------------------------------------
 def _additive_cases() -> list[Case]:
     def make(seed: int, B: int, T_q: int, T_k: int, d_q: int, d_k: int, d_a: int,
              dtype: torch.dtype) -> dict[str, Any]:
@@ -413,7 +496,7 @@ _ADDITIVE_SLIPS = (
 )
 
 
-# 7. context_vector ---------------------------------------------------------------------------
+# 8. context_vector ---------------------------------------------------------------------------
 def _context_cases() -> list[Case]:
     def make(seed: int, B: int, T_q: int, T_k: int, d_v: int, dtype: torch.dtype,
              lengths: list[int] | None) -> dict[str, Any]:
@@ -495,7 +578,7 @@ def _context_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str
     return _weights_diagnose(weights, mask, expected[1])
 
 
-# 8. attention_decoder_step -------------------------------------------------------------------
+# 9. attention_decoder_step -------------------------------------------------------------------
 def _fill_(module: nn.Module, seed: int, scale: float = 0.3) -> nn.Module:
     """Overwrite every parameter from a seeded generator (independent of torch's global RNG)."""
     g = gen(seed)
@@ -534,8 +617,20 @@ def _step(y_prev: torch.Tensor, state: torch.Tensor, memory: torch.Tensor, keys:
           W_q: torch.Tensor, v: torch.Tensor, out: nn.Linear, *, query: str = "previous",
           w_q_applied: str = "transposed", masked: bool = True, cell_order: str = "emb-ctx",
           out_order: str = "state-ctx-emb",
-          out_state: str = "new") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One decoder step with one thing done differently (the slips below)."""
+          out_state: str = "new", given: bool = False
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoder step with one thing done differently (the slips below); ``given``: the step
+    that the notebook hands out to debug (its softmax runs over a dimension of size one)."""
+    if given:
+        q = (state @ W_q.T)[:, None, :]  # (B, 1, d_a)
+        col = (torch.tanh(q + keys) @ v[:, None]).masked_fill(~memory_mask[..., None],
+                                                               float("-inf"))  # (B, S, 1)
+        w = torch.softmax(col, dim=-1).nan_to_num(0.0)
+        w = w / w.sum(dim=1, keepdim=True)
+        ctx = (w * memory).sum(dim=1)
+        e = embedding(y_prev)
+        s_new = gru_cell(torch.cat([e, ctx], dim=-1), state)
+        return out(torch.cat([s_new, ctx, e], dim=-1)), s_new, w[..., 0]
     if query == "new":  # a Luong-style order: step the cell first (on the mean context)
         pre = gru_cell(torch.cat([embedding(y_prev), memory.mean(1)], dim=-1), state)
     else:
@@ -555,6 +650,9 @@ def _step(y_prev: torch.Tensor, state: torch.Tensor, memory: torch.Tensor, keys:
 
 
 _DECODER_STEP_SLIPS = (
+    Slip("these are the given step's outputs: its weights are still uniform over the real "
+         "source tokens, whatever the state; find which line makes them so",
+         lambda **kw: _step(**kw, given=True)),
     Slip("padded source positions got weight: mask the scores with memory_mask before the "
          "softmax", lambda **kw: _step(**kw, masked=False)),
     Slip("apply W_q as nn.Linear does: W_q s is state @ W_q.T (W_q is (d_a, H))",
@@ -578,7 +676,7 @@ def _decoder_step_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -
     return _weights_diagnose(got[2], inputs["memory_mask"], expected[2])
 
 
-# 9. uniform_attention (a prediction) ---------------------------------------------------------
+# 10. uniform_attention (a prediction) --------------------------------------------------------
 _UNIFORM_ATTENTION = Question(
     id="seq2seq.uniform_attention", choices="abcd",
     hint=("once every score is 0, what tells the decoder which source character to read at "
@@ -597,6 +695,8 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="seq2seq.beam_search", reference=decoding.beam_search,
              cases=_beam_cases, slips=_BEAM_SLIPS, diagnose=_beam_diagnose),
     _BEAM_VS_GREEDY,
+    Exercise(id="seq2seq.beam_cost", reference=decoding.beam_search_cost, cases=_cost_cases,
+             slips=_COST_SLIPS, diagnose=_cost_diagnose),
     Exercise(id="seq2seq.masked_softmax", reference=attention.masked_softmax,
              cases=_softmax_cases, slips=_SOFTMAX_SLIPS, diagnose=_softmax_diagnose),
     Exercise(id="seq2seq.additive_score", reference=alignment.additive_score,
