@@ -5,17 +5,26 @@ pass their visible and hidden tests, that the registry follows the notebook, tha
 tests catch the slips (a transposed weight among them) and that a solution leaning on another
 exercise's reference is caught. Here: the hidden cases discriminate (greedy rows that end at
 different steps, beams that beat greedy), a square weight lets a transposition run and get its
-message, the decoding slips lean on no reference, and an inconsistent beam score is diagnosed.
+message, the decoding slips lean on no reference, and an inconsistent beam score is diagnosed;
+the given decoder step of the debug exercise is its first slip and is uniform as the statement
+says; the beam_cost cases bind the beam width; the decoding visible tests import nothing of
+course_lib but grading.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import torch
 
 from course_lib import decoding, grading
 from course_lib.exercises import seq2seq as ex1
+from tests.conftest import setup_namespace, source_notebook, visible_tests
 
 pytestmark = pytest.mark.ch01
+
+SLUG = "01-seq2seq"
 
 
 # Hidden cases that discriminate --------------------------------------------------------------
@@ -74,3 +83,52 @@ def test_beam_diagnosis_names_an_inconsistent_score() -> None:
     got[1] = 0.0 * got[1]
     message = grading.judge(ex, case, got, None, None)
     assert message is not None and "not the total log-probability" in message
+
+
+# The worked-out exercises: beam_cost and the given decoder step ----------------------------
+
+def _given_decoder_step() -> Any:
+    """The notebook's ``given_decoder_step``: the def of its demo cell, on the setup cell only."""
+    import nbformat
+
+    nb = nbformat.read(source_notebook(SLUG), as_version=4)
+    (cell,) = [c for c in nb.cells if c.source.startswith("def given_decoder_step(")]
+    namespace = setup_namespace(SLUG)
+    exec(compile(cell.source.split("\n\ntorch.manual_seed")[0], "<given step>", "exec"), namespace)
+    return namespace["given_decoder_step"]
+
+
+def test_the_given_step_is_the_first_slip_and_its_weights_ignore_the_state() -> None:
+    """The slip that names the unfixed step is the notebook's given step, on every hidden case;
+    its weights are uniform over the real tokens (what the statement says of it)."""
+    ex = ex1.EXERCISES["seq2seq.attention_decoder_step"]
+    given, slip = _given_decoder_step(), ex.slips[0]
+    assert "given step" in slip.message
+    for case in ex.cases():
+        inputs = case.inputs()
+        for a, b in zip(given(**inputs), slip.fn(**inputs)):
+            torch.testing.assert_close(a, b)
+        weights = given(**inputs)[2]
+        real = inputs["memory_mask"]
+        uniform = real / real.sum(-1, keepdim=True)
+        torch.testing.assert_close(weights, uniform.to(weights.dtype))
+    assert [r.message for r in grading.evaluate(ex.id, given) if r.message]
+
+
+def test_the_beam_cost_cases_bind_the_beam_width_after_the_first_step() -> None:
+    """Some hidden case has V^t < k at a step t >= 1 (so k n and k-from-the-second-step both
+    fail), and some has a vocabulary far larger than the beam."""
+    binding = large = False
+    for case in ex1.EXERCISES["seq2seq.beam_cost"].cases():
+        x = case.inputs()
+        k, V, n = x["beam_width"], x["vocab_size"], x["max_new_tokens"]
+        binding |= n >= 3 and V < k
+        large |= V >= 1000 and k < V
+    assert binding and large
+
+
+def test_the_decoding_visible_tests_need_no_course_lib_module() -> None:
+    """greedy_decode's and beam_search's visible tests build their own toy step."""
+    for name in ("greedy_decode", "beam_search", "beam_cost"):
+        text = visible_tests(SLUG, name)
+        assert "decoding" not in text, name
