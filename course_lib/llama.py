@@ -43,7 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.checks import check_float_tensor, check_ids, check_int, check_int_tensor
+from course_lib.checks import (
+    check_finite,
+    check_float_tensor,
+    check_ids,
+    check_int,
+    check_int_tensor,
+    check_positive,
+)
 from course_lib.moe import SparseMoeBlock
 from course_lib.positional import sinusoidal_encoding
 from course_lib.rope import Pairing, apply_rope
@@ -77,6 +84,46 @@ class LlamaConfig:
     mlp: Literal["swiglu", "gelu"] = "swiglu"  # ladder switch
     init_std: float = 0.02  # normal initialisation of every matrix
 
+    def __post_init__(self) -> None:
+        """Refuse a configuration that would build a wrong model silently or crash in torch.
+
+        Example:
+            >>> LlamaConfig(sliding_window=0)
+            Traceback (most recent call last):
+            ...
+            ValueError: sliding_window must be a positive integer, got 0
+        """
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+                     "num_experts_per_tok"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("num_local_experts", self.num_local_experts, minimum=0)
+        for name in ("head_dim", "sliding_window"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=1)
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(f"num_key_value_heads={self.num_key_value_heads} must divide "
+                             f"num_attention_heads={self.num_attention_heads}")
+        if self.num_local_experts and self.num_experts_per_tok > self.num_local_experts:
+            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} exceeds the "
+                             f"num_local_experts={self.num_local_experts}")
+        if self.position == "rope" and self.d_head % 2:
+            raise ValueError(f"RoPE rotates pairs of features: head_dim must be even, got "
+                             f"{self.d_head} (hidden_size / num_attention_heads)")
+        for name, allowed in (("position", ("rope", "learned", "sinusoidal", "none")),
+                              ("norm", ("rms", "layer")), ("mlp", ("swiglu", "gelu")),
+                              ("rope_pairing", ("interleaved", "half"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got "
+                                 f"{getattr(self, name)!r}")
+        for name in ("rope_theta", "rope_scale", "init_std"):
+            check_positive(name, getattr(self, name))
+        if check_finite("rms_norm_eps", self.rms_norm_eps) < 0:
+            raise ValueError(f"rms_norm_eps must be >= 0, got {self.rms_norm_eps}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise TypeError(f"tie_word_embeddings must be a bool, got "
+                            f"{type(self.tie_word_embeddings).__name__}")
+
     @property
     def d_head(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
@@ -100,9 +147,52 @@ def kv_cache_bytes(config: LlamaConfig, seq_len: int, batch_size: int = 1,
         >>> kv_cache_bytes(LLAMA3_8B, seq_len=8192) == 2**30  # 1 GiB at 8k context in bf16
         True
     """
+    if not isinstance(config, LlamaConfig):
+        raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
+    check_int("seq_len", seq_len, minimum=0)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("bytes_per_value", bytes_per_value, minimum=1)
     cached = seq_len if config.sliding_window is None else min(seq_len, config.sliding_window)
     return (2 * config.num_hidden_layers * config.num_key_value_heads * config.d_head * cached
             * batch_size * bytes_per_value)
+
+
+def kv_cache_design(budget_bytes: int, context: int, n_layers: int, n_heads: int,
+                    head_dim: int, batch_size: int = 1,
+                    bytes_per_value: int = 2) -> tuple[int, int | None] | None:
+    r"""The key/value heads and sliding window that fit a context's cache into a budget.
+
+    A design is ``(g, window)``: ``g`` key/value heads (a divisor of ``n_heads``) and ``window``
+    ``None`` (full attention) or ``W`` with ``1 <= W < context``. It is admissible when the
+    cache after ``context`` tokens of ``batch_size`` sequences,
+    :math:`2 \cdot L \cdot g \cdot d_h \cdot \min(n, W) \cdot B \cdot b` bytes, is at most
+    ``budget_bytes``, and, with a window, every token of the context can still reach the last
+    position through the ``n_layers`` windows, :math:`L (W - 1) \ge n - 1`. The best admissible
+    design: full attention with the most key/value heads if full attention fits at all;
+    otherwise the most key/value heads with a window, and at those the longest window. ``None``
+    when no design is admissible.
+
+    Example:
+        >>> kv_cache_design(2**30, 8192, 32, 32, 128)  # Llama 3 8B's shape: 1 GiB at 8k tokens
+        (8, None)
+        >>> kv_cache_design(2**25, 8192, 32, 32, 128)  # 32 MiB: a window, reach 32 x 511
+        (4, 512)
+    """
+    for name, value in (("budget_bytes", budget_bytes), ("context", context),
+                        ("n_layers", n_layers), ("n_heads", n_heads), ("head_dim", head_dim),
+                        ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
+        check_int(name, value, minimum=1)
+    per_position = 2 * n_layers * head_dim * batch_size * bytes_per_value  # per key/value head
+    shortest = 1 + -(-(context - 1) // n_layers)  # the least W with L (W - 1) >= n - 1
+    divisors = sorted((g for g in range(1, n_heads + 1) if n_heads % g == 0), reverse=True)
+    for g in divisors:  # full attention first: it sees every token directly
+        if per_position * g * context <= budget_bytes:
+            return g, None
+    for g in divisors:
+        longest = min(budget_bytes // (per_position * g), context - 1)  # positions that fit
+        if longest >= shortest:
+            return g, longest
+    return None
 
 
 class RMSNorm(nn.Module):
@@ -160,6 +250,8 @@ def attention_mask(q_pos: torch.Tensor, k_pos: torch.Tensor,
     """
     check_int_tensor("q_pos", q_pos, ndim=1, shape="(T_q,)")
     check_int_tensor("k_pos", k_pos, ndim=1, shape="(T_k,)")
+    if window is not None:
+        check_int("window", window, minimum=1)
     allowed = k_pos[None, :] <= q_pos[:, None]
     if window is not None:
         allowed &= k_pos[None, :] > q_pos[:, None] - window
@@ -181,6 +273,9 @@ class KVCache:
     """
 
     def __init__(self, n_layers: int, window: int | None = None) -> None:
+        check_int("n_layers", n_layers, minimum=1)
+        if window is not None:
+            check_int("window", window, minimum=1)
         self.window = window
         self.keys: list[torch.Tensor | None] = [None] * n_layers
         self.values: list[torch.Tensor | None] = [None] * n_layers
@@ -190,6 +285,20 @@ class KVCache:
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Add ``T`` new positions; return every key, value and key position to attend to."""
+        if not 0 <= check_int("layer", layer) < len(self.keys):
+            raise ValueError(f"layer must be an index in [0, {len(self.keys)}), the cache's "
+                             f"layers, got {layer}")
+        check_float_tensor("k", k, ndim=4, shape="(B, g, T, d_h)")
+        check_float_tensor("v", v, ndim=4, shape="(B, g, T, d_h)")
+        if v.shape != k.shape:
+            raise ValueError(f"k and v must have one shape (B, g, T, d_h), got {tuple(k.shape)} "
+                             f"and {tuple(v.shape)}")
+        held = next((t for t in self.keys if t is not None), None)
+        if held is not None and (k.shape[0], k.shape[1], k.shape[3]) != (
+                held.shape[0], held.shape[1], held.shape[3]):
+            raise ValueError(f"k has shape {tuple(k.shape)} but the cache holds keys of batch "
+                             f"size {held.shape[0]}, {held.shape[1]} heads of width "
+                             f"{held.shape[3]}: start a new cache for another batch or model")
         start = self.seen
         new_pos = torch.arange(start, start + k.shape[2], device=k.device)
         old_k, old_v, old_p = self.keys[layer], self.values[layer], self.positions[layer]
@@ -322,6 +431,10 @@ class LlamaModel(nn.Module):
         T = ids.shape[1]
         x = self.embed_tokens(ids)  # (B, T, d)
         pos = torch.arange(start, start + T, device=ids.device)
+        if self.config.position == "learned" and start + T > self.config.max_position_embeddings:
+            raise ValueError(f"ids reach position {start + T - 1} (with the cache's {start} "
+                             f"earlier), past the learned table's max_position_embeddings="
+                             f"{self.config.max_position_embeddings} rows")
         if self.config.position == "learned":
             x = x + self.embed_positions(pos)
         elif self.config.position == "sinusoidal":

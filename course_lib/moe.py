@@ -109,6 +109,11 @@ def capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: float) -> i
         >>> capacity(n_tokens=100, n_experts=8, k=2, capacity_factor=1.25)
         32
     """
+    check_int("n_tokens", n_tokens, minimum=0)
+    check_int("n_experts", n_experts, minimum=1)
+    if not 1 <= check_int("k", k) <= n_experts:
+        raise ValueError(f"k must lie between 1 and the {n_experts} experts, got {k}")
+    check_positive("capacity_factor", capacity_factor)
     return math.ceil(capacity_factor * k * n_tokens / n_experts)
 
 

@@ -148,6 +148,33 @@ def interleaved_to_half(head_dim: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
 
 
+def interleaved_to_half_weight(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The rows of ``W_q`` or ``W_k`` of an interleaved-layout checkpoint, for half-split code.
+
+    ``w`` is ``(..., n_heads * d_head, d_in)`` (``nn.Linear``'s ``(out, in)``, head after head;
+    leading axes stack several projections, e.g. one per layer). Within
+    each head, output feature ``2i`` moves to ``i`` and ``2i + 1`` to ``i + d_head / 2``
+    (:func:`interleaved_to_half`), so that the half-split rotation of the new projections gives
+    the scores the interleaved rotation gave the old ones. Values and the output projection are
+    not rotated and keep their layout. This is what Hugging Face's conversion of Meta's Llama
+    checkpoints does (``permute`` in ``convert_llama_weights_to_hf.py``).
+
+    Example:
+        >>> w = torch.arange(8.0)[:, None]  # 2 heads of width 4, one input feature
+        >>> interleaved_to_half_weight(w, 2).flatten().tolist()
+        [0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]
+    """
+    check_float_tensor("w", w, min_ndim=2, shape="(..., n_heads * d_head, d_in)")
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int):
+        raise TypeError(f"n_heads must be an int, got {type(n_heads).__name__} {n_heads!r}")
+    rows = w.shape[-2]
+    if n_heads < 1 or rows % n_heads != 0:
+        raise ValueError(f"n_heads must be a positive divisor of w's {rows} rows, got {n_heads}")
+    perm = interleaved_to_half(rows // n_heads).to(w.device)
+    return w.reshape(*w.shape[:-2], n_heads, rows // n_heads, w.shape[-1])[..., perm, :].reshape(
+        w.shape)
+
+
 def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
                 theta: float = 10000.0, pairing: Pairing = "half") -> torch.Tensor:
     r"""The score :math:`q'^\top k'` of one query at ``q_pos`` and one key at ``k_pos`` (``(d,)``

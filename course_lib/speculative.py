@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from course_lib.checks import (
+    check_finite,
     check_float_tensor,
     check_ids,
     check_int,
@@ -89,7 +90,12 @@ def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
         raise ValueError(f"need p (k+1, V), q (k, V), u (k,) for k = {k} drafts; got "
                          f"{tuple(p.shape)}, {tuple(q.shape)}, {tuple(u.shape)}")
     rows = torch.arange(k, device=p.device)
-    ratio = p[rows, drafts] / q[rows, drafts]  # (k,)
+    drawn = q[rows, drafts]  # (k,): the draft's probability of each of its tokens
+    if bool((drawn <= 0).any()):
+        i = int((drawn <= 0).nonzero()[0, 0])
+        raise ValueError(f"q gives drafts[{i}] = {int(drafts[i])} probability 0 at position "
+                         f"{i}: a draft token must have been drawn from q")
+    ratio = p[rows, drafts] / drawn  # (k,)
     rejected = (u >= ratio).nonzero()
     if rejected.numel() == 0:
         return k, p[k]
@@ -116,14 +122,47 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.minimum(p, q).sum(dim=-1)
 
 
+def _check_alpha_k(alpha: float, k: int) -> float:
+    a = check_finite("alpha", alpha)
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"alpha must be a probability in [0, 1], got {alpha}")
+    check_int("k", k, minimum=0)
+    return a
+
+
 def expected_tokens_per_round(alpha: float, k: int) -> float:
     r"""Tokens one target pass yields on average: :math:`(1 - \alpha^{k+1}) / (1 - \alpha)`.
+
+    Each of the ``k`` drafts is accepted with probability ``alpha`` (given the earlier ones
+    were); the round ends at the first rejection and always adds one token of the target's
+    (the residual's, or the bonus token), so it emits :math:`\sum_{i=0}^{k} \alpha^i` tokens.
 
     Example:
         >>> expected_tokens_per_round(0.0, 4), expected_tokens_per_round(1.0, 4)
         (1.0, 5.0)
     """
-    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    a = _check_alpha_k(alpha, k)
+    return float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def expected_speedup(alpha: float, k: int, cost_ratio: float) -> float:
+    r"""Leviathan et al.'s Theorem 3.8: :math:`\frac{1 - \alpha^{k+1}}{(1 - \alpha)(k c + 1)}`.
+
+    The expected speed-up over plain decoding when a draft call costs ``cost_ratio`` :math:`c`
+    target calls and the target's pass over the ``k`` drafts costs what a pass over one token
+    does: a round costs :math:`k c + 1` target calls and yields
+    :func:`expected_tokens_per_round` tokens.
+
+    Example:
+        >>> expected_speedup(1.0, 4, 0.0), expected_speedup(0.0, 4, 0.25)
+        (5.0, 0.5)
+    """
+    tokens = expected_tokens_per_round(alpha, k)
+    c = check_finite("cost_ratio", cost_ratio)
+    if c < 0:
+        raise ValueError(f"cost_ratio must be >= 0 (a draft call's cost in target calls), got "
+                         f"{cost_ratio}")
+    return tokens / (k * c + 1)
 
 
 def _probs(logits: torch.Tensor, temperature: float, greedy: bool) -> torch.Tensor:
@@ -175,6 +214,10 @@ def speculative_generate(target: LogitsFn, draft: LogitsFn, prompt: torch.Tensor
             drafted = torch.cat([drafted, x.view(1, 1).to(tokens.dtype)], dim=1)
         stats["draft_calls"] += kk
         p = _probs(target(drafted)[0, tokens.shape[1] - 1:], temperature, greedy)  # (kk+1, V)
+        if qs and qs[0].shape[-1] != p.shape[-1]:
+            raise ValueError(f"the draft gives logits over {qs[0].shape[-1]} tokens and the "
+                             f"target over {p.shape[-1]}: draft and target must share one "
+                             "vocabulary")
         stats["target_calls"] += 1
         drafts = drafted[0, tokens.shape[1]:]
         u = torch.rand(kk, generator=generator, dtype=torch.float64, device=p.device)

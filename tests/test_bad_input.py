@@ -32,7 +32,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -328,6 +328,14 @@ def _decoder_inputs() -> dict[str, Any]:
 def _llama_config() -> llama.LlamaConfig:
     return llama.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=40,
                              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+
+
+def _used_cache() -> llama.KVCache:
+    """A cache of 2 layers that already holds 3 positions of a batch of 2 (2 heads of width 4)."""
+    cache = llama.KVCache(2)
+    for layer in range(2):
+        cache.update(layer, _randn(2, 2, 3, 4), _randn(2, 2, 3, 4))
+    return cache
 
 
 def _llama_logits(seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -982,7 +990,12 @@ CASES: dict[str, Entry] = {
     "rope.apply_rope": Entry(
         lambda: (rope.apply_rope, {"x": _randn(2, 3, 4), "positions": torch.arange(3)}),
         {"x": ("int", "0d", "list", Custom("odd_width", lambda x: x[..., :3])),
-         "positions": ("0d", "extra_dim", Custom("too_few", lambda t: t[:2]))}),
+         "positions": ("0d", "extra_dim", Custom("too_few", lambda t: t[:2])),
+         "pairing": (Custom("neox", lambda _: "neox"),)}),
+    "rope.interleaved_to_half_weight": Entry(
+        lambda: (rope.interleaved_to_half_weight, {"w": _randn(8, 5), "n_heads": 2}),
+        {"w": ("int", "0d", "list"),
+         "n_heads": ("zero", "fraction", Custom("not_a_divisor", lambda _: 3))}),
     "rope.rope_scores": Entry(
         lambda: (rope.rope_scores, {"q": _randn(4), "k": _randn(4, seed=1), "q_pos": 3,
                                     "k_pos": 1}),
@@ -994,7 +1007,44 @@ CASES: dict[str, Entry] = {
         {"x": ("0d", "missing_dim", "extra_dim", "list"), "n_rep": ("zero", "fraction")}),
     "llama.attention_mask": Entry(
         lambda: (llama.attention_mask, {"q_pos": torch.arange(4), "k_pos": torch.arange(4)}),
-        {"q_pos": ("float", "0d", "extra_dim"), "k_pos": ("float", "0d")}),
+        {"q_pos": ("float", "0d", "extra_dim"), "k_pos": ("float", "0d"),
+         "window": ("zero", "negative", "fraction")}),
+    "llama.LlamaConfig": Entry(
+        lambda: (llama.LlamaConfig, {}),
+        {"sliding_window": ("zero", "negative", "fraction"),
+         "position": (Custom("alibi", lambda _: "alibi"),),
+         "norm": (Custom("batch", lambda _: "batch"),), "mlp": (Custom("relu", lambda _: "relu"),),
+         "rope_pairing": (Custom("neox", lambda _: "neox"),),
+         "num_key_value_heads": ("zero", Custom("not_a_divisor", lambda _: 3)),
+         "num_attention_heads": ("zero", "fraction"), "hidden_size": ("zero", "negative"),
+         "num_hidden_layers": ("zero",), "vocab_size": ("zero",),
+         "max_position_embeddings": ("zero",), "num_experts_per_tok": ("zero",),
+         "num_local_experts": ("negative",), "rope_theta": ("nan", "negative"),
+         "rms_norm_eps": ("nan", "negative"), "init_std": ("zero",)}),
+    "llama.kv_cache_bytes": Entry(
+        lambda: (llama.kv_cache_bytes, {"config": _llama_config(), "seq_len": 8}),
+        {"config": (Custom("a_dict", lambda _: {"num_hidden_layers": 1}),),
+         "seq_len": ("negative", "fraction"), "batch_size": ("zero",),
+         "bytes_per_value": ("zero", "fraction")}),
+    "llama.kv_cache_design": Entry(
+        lambda: (llama.kv_cache_design, {"budget_bytes": 2 ** 20, "context": 64, "n_layers": 2,
+                                         "n_heads": 4, "head_dim": 8}),
+        {"budget_bytes": ("zero", "fraction"), "context": ("zero", "negative"),
+         "n_layers": ("zero",), "n_heads": ("zero", "fraction"), "head_dim": ("negative",),
+         "batch_size": ("zero",), "bytes_per_value": ("zero",)}),
+    "llama.KVCache": Entry(lambda: (llama.KVCache, {"n_layers": 2}),
+                           {"n_layers": ("zero", "fraction"), "window": ("zero", "negative")}),
+    "llama.KVCache.update": Entry(
+        lambda: (_used_cache().update, {"layer": 1, "k": _randn(2, 2, 1, 4),
+                                        "v": _randn(2, 2, 1, 4)}),
+        {"layer": ("negative", "id_too_large", "fraction"),
+         "k+v": (Custom("another_batch_size", lambda t: t[:1]), "0d", "int"),
+         "v": (Custom("another_length", lambda t: t.expand(2, 2, 3, 4)),)}, vocab=2),
+    "llama.LlamaModel[learned]": Entry(
+        lambda: (llama.LlamaModel(replace(_llama_config(), position="learned",
+                                          max_position_embeddings=4)),
+                 {"ids": _ids(2, 3, vocab=V)}),
+        {"ids": (Custom("past_the_table", lambda t: torch.cat([t, t], dim=1)),)}, vocab=V),
     "llama.LlamaMLP": Entry(lambda: (llama.LlamaMLP(_llama_config()), {"x": _randn(2, 3, 16)}),
                             {"x": ("int", "0d", "list",
                                    Custom("wrong_width", lambda x: x[..., :3]))}),
@@ -1021,6 +1071,11 @@ CASES: dict[str, Entry] = {
     "moe.expert_counts": Entry(
         lambda: (moe.expert_counts, {"experts": torch.tensor([[0, 1], [0, 2]]), "n_experts": 4}),
         {"experts": ("float", "0d", "id_too_large", "negative", "list")}, vocab=4),
+    "moe.capacity": Entry(
+        lambda: (moe.capacity, {"n_tokens": 100, "n_experts": 8, "k": 2,
+                                "capacity_factor": 1.25}),
+        {"n_tokens": ("negative", "fraction"), "n_experts": ("zero", "fraction"),
+         "k": ("zero", "id_too_large"), "capacity_factor": ("nan", "zero")}, vocab=9),
     "moe.dropped_fraction": Entry(
         lambda: (moe.dropped_fraction, {"experts": torch.tensor([[0], [0], [0], [1]]),
                                         "n_experts": 2, "capacity_factor": 1.0}),
@@ -1043,7 +1098,9 @@ CASES: dict[str, Entry] = {
         lambda: (speculative.accept_step, {"p": torch.tensor([[0.5, 0.5], [0.9, 0.1]]),
                                            "q": torch.tensor([[0.0, 1.0]]),
                                            "drafts": torch.tensor([1]), "u": torch.tensor([0.3])}),
-        {"p": ("int", "0d", "nan"), "q": ("int", "0d", "negative"),
+        {"p": ("int", "0d", "nan"),
+         "q": ("int", "0d", "negative",
+               Custom("zero_for_the_draft", lambda q: torch.tensor([[1.0, 0.0]]))),
          "drafts": ("float", "0d", "id_too_large", "negative"), "u": ("int", "0d", "nan")},
         vocab=2),
     "speculative.autoregressive_generate": Entry(
@@ -1059,7 +1116,17 @@ CASES: dict[str, Entry] = {
                   "generator": torch.Generator().manual_seed(0)}),
         {"prompt": ("float", "0d", "extra_dim", "empty", "list"),
          "max_new_tokens": ("negative", "fraction"), "k": ("zero", "fraction"),
-         "temperature": ("nan", "negative")}),
+         "temperature": ("nan", "negative"),
+         "draft": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),),
+         "target": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),)}),
+    "speculative.expected_tokens_per_round": Entry(
+        lambda: (speculative.expected_tokens_per_round, {"alpha": 0.5, "k": 4}),
+        {"alpha": ("nan", "negative", Custom("above_one", lambda _: 1.5)),
+         "k": ("negative", "fraction")}),
+    "speculative.expected_speedup": Entry(
+        lambda: (speculative.expected_speedup, {"alpha": 0.5, "k": 4, "cost_ratio": 0.1}),
+        {"alpha": (Custom("above_one", lambda _: 1.5),), "k": ("fraction",),
+         "cost_ratio": ("nan", "negative")}),
     # chapter 9: reasoning and reinforcement learning
     "reasoning.pass_at_k": Entry(
         lambda: (reasoning.pass_at_k, {"n": 10, "c": torch.tensor([0, 3, 9]), "k": 2}),

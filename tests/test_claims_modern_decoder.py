@@ -27,10 +27,14 @@ def value(name: str) -> float:
 def test_rope_scores_depend_on_the_offset_and_the_pairings_agree(built_book: Path) -> None:
     """Section 1: "shifting both positions by 1000 changes RoPE's scores by at most X
     (rounding), and the sinusoids-added scores by Y"; "the interleaved scores and the half-split
-    scores of the permuted features differ by Z: one model, two layouts"."""
+    scores of the permuted features differ by Z: one model, two layouts"; after exercise 2, "the
+    half-split model then gives the interleaved model's logits to C, while the same checkpoint
+    loaded as it is runs without any error and its logits differ by up to U"."""
     assert value("ch7_shift_diff") < 1e-9  # 1e-13
     assert value("ch7_added_shift_diff") > 1.0  # 20
     assert value("ch7_pairing_diff") < 1e-12  # 0 or rounding
+    assert value("ch7_converted_diff") < 1e-12  # 5e-15
+    assert value("ch7_unconverted_diff") > 0.5  # 6.6
 
 
 def test_past_the_trained_context(built_book: Path) -> None:
@@ -52,9 +56,10 @@ def test_past_the_trained_context(built_book: Path) -> None:
 
 def test_rmsnorm_equals_layernorm_on_centred_inputs_and_its_time(built_book: Path) -> None:
     """Section 2: "on centred inputs RMSNorm and LayerNorm agree to X"; "the fused RMSNorm takes
-    R of LayerNorm's time" (a measured ratio, reported only)."""
+    R of LayerNorm's time, so here its saving of one reduction does not show" (section 8: "no
+    faster on this CPU")."""
     assert value("ch7_rms_ln_diff") < 1e-12
-    assert 0.05 < value("ch7_rms_time_ratio") < 20  # 1.8 on the loaded machine
+    assert 0.9 < value("ch7_rms_time_ratio") < 20  # 1.19, 2.65 on the loaded machine
 
 
 def test_swiglu_width_keeps_the_parameters(built_book: Path) -> None:
@@ -114,13 +119,19 @@ def test_speculative_decoding(built_book: Path) -> None:
         assert value(f"ch7_spec_{n}_per_pass") == pytest.approx(
             value(f"ch7_spec_{n}_predicted_per_pass"), rel=0.15)
     assert value("ch7_spec_trigram_per_pass") > 2.2  # 2.70
+    for n in names:  # "the prediction lies above the measurement for every draft"
+        assert 0 < value(f"ch7_spec_{n}_cost_ratio") < 0.5  # 0.05, 0.07, 0.08
+        assert value(f"ch7_spec_{n}_predicted_speedup") > value(f"ch7_spec_{n}_speedup")
+        assert value(f"ch7_spec_{n}_predicted_speedup") < 1.5 * value(f"ch7_spec_{n}_speedup")
     assert value("ch7_spec_trigram_speedup") > 1.3  # 1.78 (CPU time)
     assert value("ch7_spec_unigram_speedup") < value("ch7_spec_trigram_speedup")
     assert glued(SLUG)["ch7_spec_greedy_equal"] == "True"
 
 
 def test_the_ladder(built_book: Path) -> None:
-    """Section 8: "rotary positions make by far the largest difference"; "RMSNorm changes nothing
+    """Section 8: "after 600 steps rotary positions make by far the largest difference"; "over the
+    last 100 steps the learned-position rung still fell by X, the RoPE rung by Y" (and, in the
+    papers' section, "the learned-position rung was still falling faster"); "RMSNorm changes nothing
     the seeds can tell apart"; "SwiGLU at equal parameters lowers the loss"; "grouped-query
     attention ... costs a little ... about three standard deviations of the seeds above SwiGLU's
     rung"; the rungs' parameters within 0.4%; the run times between min and max."""
@@ -128,6 +139,7 @@ def test_the_ladder(built_book: Path) -> None:
     sd = {n: value(f"ch7_ladder_{n}_std") for n in m}
     assert value("ch7_ladder_seeds") == 3
     assert m["gpt"] - m["rope"] > 0.3  # 2.391 -> 1.991
+    assert value("ch7_ladder_gpt_last_drop") > value("ch7_ladder_rope_last_drop") > 0.01
     gains = [m["gpt"] - m["rope"], m["rope"] - m["rmsnorm"], m["rmsnorm"] - m["swiglu"],
              m["swiglu"] - m["gqa"]]
     assert gains[0] == max(gains) and gains[0] > 3 * max(abs(g) for g in gains[1:])
@@ -141,5 +153,5 @@ def test_the_ladder(built_book: Path) -> None:
 
 
 def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:
-    """Title: "about 20 seconds on a 2-core CPU, more on a busy machine"."""
+    """Title: "about 30 seconds on a 2-core CPU, more on a busy machine"."""
     assert value("ch7_seconds") < 60

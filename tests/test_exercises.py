@@ -100,9 +100,9 @@ NOTEBOOK_EXERCISES = {
     "06-efficient-attention": ["sliding_window_mask", "layers_to_connect", "bigbird_mask",
                                "causal_linear_attention", "positive_random_features",
                                "online_softmax_update", "query_tile_attention", "sparsemax"],
-    "07-modern-decoder": ["apply_rotary", "rms_norm", "grouped_query_attention", "kv_cache_bytes",
-                          "receptive_field", "moe_route", "speculative_accept",
-                          "ladder_prediction"],
+    "07-modern-decoder": ["apply_rotary", "to_half_split", "grouped_query_attention",
+                          "kv_cache_design", "moe_route", "speculative_accept",
+                          "speculative_speedup", "ladder_prediction"],
     "08-fine-tuning": ["answer_only_loss", "lora_forward", "merge_lora", "lora_trainable",
                        "predict_forgetting", "distillation_loss", "kl_frontier", "dpo_loss",
                        "implicit_rewards", "extract_answer"],
@@ -136,9 +136,10 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "transformer.masked_self_attention": {0, 3},
     "transformer.mask_tokens": {1},
     "modern_decoder.apply_rotary": {1},
-    "modern_decoder.rms_norm": {1, 2},
-    "modern_decoder.grouped_query_attention": {2},
-    "modern_decoder.kv_cache_bytes": {2},
+    "modern_decoder.to_half_split": {1},
+    "modern_decoder.kv_cache_design": {1, 2, 3},
+    "modern_decoder.moe_route": {0, 2},
+    "modern_decoder.speculative_speedup": {1},
     "fine_tuning.lora_forward": {0},
     "fine_tuning.lora_trainable": {1, 2, 3, 5},
     "reasoning.majority_vote": {2},
@@ -291,16 +292,23 @@ REFERENCE_CALLS = [
     ("efficient_attention.sparsemax", lambda z: entmax._sparsemax_forward(z), None),
     ("modern_decoder.apply_rotary", lambda x, positions, theta=10000.0:
         rope.apply_rope(x, positions, theta, "interleaved"), None),
-    ("modern_decoder.rms_norm",
-     lambda x, weight, eps=1e-5: llama.RMSNorm(x.shape[-1], eps).to(x.dtype)(x), None),
+    ("modern_decoder.to_half_split", lambda w, n_heads: rope.interleaved_to_half_weight(
+        w, n_heads), None),
+    ("modern_decoder.grouped_query_attention", lambda q, k, v, q_pos, k_pos, window=None:
+        torch.nn.functional.scaled_dot_product_attention(
+            q, llama.repeat_kv(k, q.shape[1] // k.shape[1]),
+            llama.repeat_kv(v, q.shape[1] // k.shape[1]),
+            attn_mask=llama.attention_mask(q_pos, k_pos, window)), None),
     ("modern_decoder.moe_route", lambda router_logits, k: (
         *moe.route(router_logits, k), moe.load_balancing_loss(router_logits, k)), None),
     ("modern_decoder.speculative_accept", speculative.accept_step, None),
-    ("modern_decoder.kv_cache_bytes", lambda n_layers, n_kv_heads, head_dim, seq_len, batch_size,
-     bytes_per_value, window=None: llama.kv_cache_bytes(llama.LlamaConfig(
-         num_hidden_layers=n_layers, num_attention_heads=n_kv_heads,
-         num_key_value_heads=n_kv_heads, head_dim=head_dim, sliding_window=window),
-         seq_len, batch_size, bytes_per_value), None),
+    ("modern_decoder.kv_cache_design", lambda budget_bytes, context, n_layers, n_heads, head_dim,
+     batch_size, bytes_per_value: llama.kv_cache_design(budget_bytes, context, n_layers, n_heads,
+                                                        head_dim, batch_size, bytes_per_value),
+     None),
+    ("modern_decoder.speculative_speedup", lambda alpha, k, cost_ratio: (
+        speculative.expected_tokens_per_round(alpha, k),
+        speculative.expected_speedup(alpha, k, cost_ratio)), None),
     ("fine_tuning.answer_only_loss", lambda logits, targets, answer_mask:
         finetune.answer_only_loss(logits, targets, answer_mask), None),
     ("fine_tuning.lora_forward", lambda x, weight, bias, lora_a, lora_b, alpha:
