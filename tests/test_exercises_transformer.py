@@ -6,7 +6,10 @@ usual mistakes as a difference from torch's layers (transposed weights, wrong he
 sqrt(d), inverted masks, swapped norms, keys and values from the wrong place) and that calling
 chapter 2's or chapter 3's layers is flagged. The questions are checked with every chapter's in
 tests/test_questions.py. Here: the layer cases never mask a whole query row, and ``mask_tokens``
-is graded by its properties, so a correct solution that draws in another order passes.
+is graded by its properties, so a correct solution that draws in another order passes; the
+notebook's ``given_self_attention`` has exactly the bug of ``masked_self_attention``'s first slip
+and passes its visible test (the student's own test must catch it); ``design_layer``'s counts
+agree with a built layer's parameters and with torch's FLOP counter.
 """
 
 from __future__ import annotations
@@ -84,3 +87,69 @@ def test_a_solution_that_ignores_p_fails_on_the_case_with_another_p() -> None:
 
     failed = [r for r in grading.evaluate("transformer.mask_tokens", fixed_p) if r.message]
     assert failed and all("share of ordinary positions is p" in r.message for r in failed)
+
+
+# --------------------------------------------------------------------------------------------
+# masked_self_attention: the given function has exactly the bug the first slip names
+# --------------------------------------------------------------------------------------------
+
+
+def _given_self_attention():
+    """``given_self_attention`` as the notebook defines it (its cell, on top of the setup cell)."""
+    from tests.conftest import load, setup_namespace, source_notebook
+
+    (cell,) = [c for c in load(source_notebook("03-transformer")).cells
+               if c.cell_type == "code" and c.source.startswith("def given_self_attention(")]
+    namespace = setup_namespace("03-transformer")
+    exec(compile(cell.source, "<given_self_attention>", "exec"), namespace)
+    return namespace["given_self_attention"]
+
+
+def test_the_given_attention_is_the_first_slip_and_passes_the_visible_tests(capsys) -> None:
+    from tests.conftest import run_visible_tests
+
+    given = _given_self_attention()
+    ex = ex3.EXERCISES["transformer.masked_self_attention"]
+    results = grading.evaluate(ex.id, given)
+    failed = [r.message for r in results if r.message]
+    assert failed and all(ex.slips[0].message in m for m in failed)
+    # The statement says so: the visible test does not catch it, the student's own test must.
+    run_visible_tests("03-transformer", "masked_self_attention",
+                      lambda y, w_qkv, w_o, n_heads, padding: given(y, w_qkv, w_o, n_heads,
+                                                                    padding))
+    assert "visible tests passed" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# design_layer: the counts agree with built layers and with torch's FLOP counter
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget, head_dim, ff_mult, seq_len",
+                         [(200, 2, 2, 3), (7_100_000, 64, 4, 1024), (60_000, 8, 1, 7)])
+def test_design_layer_counts_match_a_built_layer(budget, head_dim, ff_mult, seq_len) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from course_lib import counting
+    from course_lib import transformer as tf
+    from course_lib.attention import causal_mask
+
+    got = ex3.design_layer(budget, head_dim, ff_mult, seq_len)
+    assert got is not None
+    h, d, d_ff = got["n_heads"], got["d_model"], got["d_ff"]
+    assert (d, d_ff) == (h * head_dim, ff_mult * h * head_dim)
+    assert got["params"] == counting.encoder_layer_params(d, d_ff) <= budget
+    assert counting.encoder_layer_params(d + head_dim, ff_mult * (d + head_dim)) > budget
+    with torch.device("meta"):
+        assert counting.count_parameters(tf.EncoderLayer(d, h, d_ff)) == got["params"]
+    if d <= 64:  # a layer small enough to run: torch counts the whole T x T score matrix
+        layer = tf.EncoderLayer(d, h, d_ff, attn_impl="reference").eval()
+        with FlopCounterMode(display=False) as counter:
+            layer(torch.randn(1, seq_len, d), causal_mask(seq_len))
+        skipped = 2 * 2 * d * (seq_len * seq_len - seq_len * (seq_len + 1) // 2)
+        assert counter.get_total_flops() == got["flops"] + skipped
+
+
+def test_design_layer_returns_none_below_one_head() -> None:
+    assert ex3.design_layer(53, 2, 2, 3) is None
+    assert ex3.design_layer(54, 2, 2, 3)["n_heads"] == 1

@@ -2,9 +2,18 @@
 
 In notebook order; the ``EXERCISES`` registry is at the end. Every exercise is solvable with torch
 alone, and calling course_lib's implementation of any of them (the references below, the modules
-they wrap, chapter 2's attention) fails the exercise. Weights are in ``nn.Linear``'s layout,
-``y = x W^T + b`` with ``W`` shaped ``(out, in)``; hidden cases use non-square, non-symmetric
-random weights, so a transposed weight changes the output.
+they wrap, chapter 2's attention) fails the exercise. Any torch is allowed, and the statements say
+so: ``F.layer_norm`` for ``layer_norm``, ``nn.TransformerEncoderLayer`` and
+``nn.TransformerDecoderLayer`` for the two layer exercises (warm-ups). No exercise needs a
+course_lib module in the grading sandbox (no ``SANDBOX_MODULES``).
+
+Two exercises ask for something no cell gives: ``masked_self_attention`` (the notebook hands out
+``given_self_attention``, whose causal mask keeps ``j <= t + 1``; the student writes a test that
+catches it and the fixed function is graded) and ``design_layer`` (the widest layer within a
+parameter budget, its parameter count and its causal forward FLOPs, exact integers).
+
+Weights are in ``nn.Linear``'s layout, ``y = x W^T + b`` with ``W`` shaped ``(out, in)``; hidden
+cases use non-square, non-symmetric random weights, so a transposed weight changes the output.
 
 Cases are built on the CPU with torch and ``_common``'s seeded helpers alone. Slips (the common
 mistakes) are torch-only wrong implementations: they never call a reference.
@@ -335,8 +344,9 @@ def masked_self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tenso
     q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))  # (B, h, T, dh)
     allowed = torch.ones(T, T, dtype=torch.bool).tril() & padding[:, None, None, :]  # (B,1,T,T)
     scores = (q @ k.transpose(-2, -1) / math.sqrt(dh)).masked_fill(~allowed, float("-inf"))
-    out = scores.softmax(-1) @ v  # (B, h, T, dh)
-    return out.transpose(1, 2).reshape(B, T, d) @ w_o.T
+    out: torch.Tensor = scores.softmax(-1) @ v  # (B, h, T, dh)
+    result: torch.Tensor = out.transpose(1, 2).reshape(B, T, d) @ w_o.T
+    return result
 
 
 def _self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
@@ -352,8 +362,9 @@ def _self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_h
     if diagonal is not None:
         allowed = allowed.tril(diagonal=diagonal)
     allowed = allowed & padding[:, None, None, :] if keys else allowed.expand(B, 1, T, T)
-    out = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v  # (B, h, T, dh)
-    return out.transpose(1, 2).reshape(B, T, d) @ w_o.T
+    out: torch.Tensor = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+    result: torch.Tensor = out.transpose(1, 2).reshape(B, T, d) @ w_o.T  # (B, T, d)
+    return result
 
 
 def _masked_attention_cases() -> list[Case]:
