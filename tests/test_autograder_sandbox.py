@@ -67,7 +67,7 @@ print(json.dumps(facts))
 #: Packages of the development environment that the sandbox must not hold (the issue's and
 #: the course's own: tests, website, peers), and course_lib modules that are not the grading
 #: plumbing.
-OUTSIDE = ["transformers", "peft", "entmax", "tiktoken", "scipy", "sympy", "matplotlib",
+OUTSIDE = ["transformers", "peft", "entmax", "tiktoken", "scipy", "networkx", "matplotlib",
            "nbformat", "jupyter_book", "pytest", "networkx", "course_lib.llama",
            "course_lib.longrange", "course_lib.exercises.seq2seq"]
 

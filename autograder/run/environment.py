@@ -31,18 +31,20 @@ import sys
 import sysconfig
 from pathlib import Path
 
-#: The distributions the exercise statements allow, and what torch imports when it loads.
-ALLOWED_DISTRIBUTIONS = ("torch", "numpy", "typing_extensions")
+#: The distributions the exercise statements allow, and what torch imports itself: typing_extensions
+#: when it loads, sympy and mpmath in its dispatch-mode and symbolic-shape machinery (a
+#: ``TorchDispatchMode``, such as the notebooks' allocation meter, imports them).
+ALLOWED_DISTRIBUTIONS = ("torch", "numpy", "typing_extensions", "sympy", "mpmath")
 #: The runner's shell: IPython runs the student's cells (magics, as a notebook runs them); the
 #: distributions IPython declares are added (:func:`kernel_distributions`).
 KERNEL_DISTRIBUTIONS = ("ipython",)
 #: Where the allowed distributions' entries are in the sandbox (bubblewrap).
 SITE = "/opt/site"
 #: Names in an allowed distribution's requirements that are never in the sandbox: torch
-#: declares them, but its eager use never imports them, and they compute (a computer-algebra
-#: system, graph algorithms, templates) or are packaging tools.
-NEVER = frozenset({"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec",
-                   "filelock", "setuptools", "triton"})
+#: declares them, but its eager use never imports them (graph algorithms, templates, file
+#: systems, compilers, packaging tools).
+NEVER = frozenset({"networkx", "jinja2", "markupsafe", "fsspec", "filelock", "setuptools",
+                   "triton"})
 #: The sandbox's own message for a module it does not hold (the runner's last import finder);
 #: the hardened engine turns it into a feedback line naming the import.
 UNAVAILABLE_MARKER = "is not in the grading environment"
@@ -95,7 +97,7 @@ def sandbox_distributions() -> list[str]:
     Example:
         >>> {"torch", "numpy", "ipython"} <= set(sandbox_distributions())
         True
-        >>> {"transformers", "sympy", "scipy"} & set(sandbox_distributions())
+        >>> {"transformers", "networkx", "scipy"} & set(sandbox_distributions())
         set()
     """
     return sorted({_canon(n) for n in ALLOWED_DISTRIBUTIONS} | set(kernel_distributions()))
