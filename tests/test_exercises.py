@@ -140,7 +140,6 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "modern_decoder.kv_cache_design": {1, 2, 3},
     "modern_decoder.moe_route": {0, 2},
     "modern_decoder.speculative_speedup": {1},
-    "fine_tuning.lora_forward": {0},
     "fine_tuning.lora_trainable": {1, 2, 3, 5},
     "reasoning.majority_vote": {2},
     "reasoning.group_advantages": {2},

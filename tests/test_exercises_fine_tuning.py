@@ -108,3 +108,21 @@ def test_implicit_rewards_reference_ranks_pairs_by_the_dpo_margin() -> None:
     torch.testing.assert_close(w - lose, 0.3 * margin)
     assert acc == pytest.approx(float((margin > 0).double().mean()))
     assert type(acc) is float
+
+
+def _lora_forward_rescaled_b(x, weight, bias, lora_a, lora_b, alpha):
+    out = x @ weight.T + (x @ lora_a.T) @ (lora_b * alpha / lora_a.shape[0]).T  # never forms B A
+    return out + bias if bias is not None else out
+
+
+def test_lora_forward_visible_test_checks_the_scale_at_rank_above_one() -> None:
+    """Issue 30: the visible test checks a value at r > 1, so alpha for alpha / r (and r / alpha)
+    fails it; a right solution that rescales B first passes both the visible and hidden tests."""
+    from tests.conftest import run_visible_tests, with_notebook_signature
+    for slip in ex7.EXERCISES["fine_tuning.lora_forward"].slips[:2]:
+        with pytest.raises(AssertionError, match="rank 2, alpha 4"):
+            run_visible_tests("08-fine-tuning", "lora_forward",
+                              with_notebook_signature(slip.fn, "08-fine-tuning", "lora_forward"))
+    run_visible_tests("08-fine-tuning", "lora_forward", _lora_forward_rescaled_b)
+    assert [r.message for r in grading.evaluate("fine_tuning.lora_forward",
+                                                _lora_forward_rescaled_b) if r.message] == []
