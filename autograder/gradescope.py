@@ -69,7 +69,8 @@ RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 VENV="${COURSE_VENV:-/opt/course-venv}"
 mkdir -p "$ROOT/results"
-COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/source/course" "$VENV/bin/python" -s -m autograder.gradescope run --root "$ROOT"
+COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/source/course" \
+  "$VENV/bin/python" -s -m autograder.gradescope run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   msg="The autograder could not run (exit status $status): please tell your instructor."
@@ -123,7 +124,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
 
 
 def build(chapter: Chapter, out: Path, allow_dirty: bool = False,
-          settings: dict | None = None, hidden_tests: str = "after_published") -> Path:
+          settings: dict[str, Any] | None = None, hidden_tests: str = "after_published") -> Path:
     """Write ``out/<chapter>-gradescope.zip``; return its path.
 
     Args:

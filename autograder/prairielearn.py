@@ -68,7 +68,8 @@ RUN_SH = r"""#!/usr/bin/env bash
 ROOT="${GRADE_ROOT:-/grade}"
 VENV="${COURSE_VENV:-/opt/course-venv}"
 mkdir -p "$ROOT/results"
-COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/tests/course" "$VENV/bin/python" -s -m autograder.prairielearn run --root "$ROOT"
+COURSE_PLATFORM_CONTAINER=1 PYTHONPATH="$ROOT/tests/course" \
+  "$VENV/bin/python" -s -m autograder.prairielearn run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   msg="The grader could not run (exit status $status): please tell your instructor."
@@ -228,7 +229,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
 
 
 def build(chapter: Chapter, out: Path, allow_dirty: bool = False, image: str | None = None,
-          timeout: int = MAX_TIMEOUT, settings: dict | None = None) -> Path:
+          timeout: int = MAX_TIMEOUT, settings: dict[str, Any] | None = None) -> Path:
     """Write the question directory ``out/<chapter>/`` and ``out/<chapter>-grader-image/``.
 
     Raises:
