@@ -10,8 +10,10 @@ Conventions: a wrong type or dtype is a ``TypeError``; a wrong shape, size or va
 ``ValueError``; the message starts with the argument's name. The shape and dtype checks read
 metadata only; the checks that read values (:func:`check_ids`, :func:`check_finite_tensor`,
 :func:`check_positive_tensor`) synchronise with the device, so they guard entry points (a model's
-token ids, a loss's targets, a sampler's logits), not inner loops. Each check returns its
-argument, so that it can be used inline.
+token ids, a loss's targets, a sampler's logits), not inner loops. They skip tensors that hold
+no values, on the ``meta`` device (a model built under ``torch.device("meta")`` to count its
+FLOPs or parameters without allocating it): those get the metadata checks only. Each check
+returns its argument, so that it can be used inline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ import math
 import numbers
 
 import torch
+
+
+def _holds_values(x: torch.Tensor) -> bool:
+    """False for a tensor on the ``meta`` device: shapes and dtypes only, no values to read."""
+    return x.device.type != "meta"
 
 
 def _layout(shape: str) -> str:
@@ -137,6 +144,8 @@ def check_ids(name: str, ids: object, vocab_size: int | None = None, *, ndim: in
     """
     ids = check_int_tensor(name, ids, ndim=ndim, min_ndim=min_ndim, shape=shape, dtypes=dtypes,
                            what="token ids")
+    if not _holds_values(ids):
+        return ids
     values = ids if ignore_index is None else ids[ids != ignore_index]
     if values.numel():
         low, high = (int(v) for v in torch.aminmax(values))
@@ -156,6 +165,8 @@ def check_finite_tensor(name: str, x: torch.Tensor) -> torch.Tensor:
         ...
         ValueError: x holds NaN or infinite values (1 of 2)
     """
+    if not _holds_values(x):
+        return x
     bad = ~torch.isfinite(x)
     if bool(bad.any()):
         raise ValueError(f"{name} holds NaN or infinite values ({int(bad.sum())} of {x.numel()})")
@@ -171,6 +182,8 @@ def check_positive_tensor(name: str, x: torch.Tensor) -> torch.Tensor:
         ...
         ValueError: n_params must be positive and finite everywhere, got 0.0 at index 1
     """
+    if not _holds_values(x):
+        return x
     bad = ~(torch.isfinite(x) & (x > 0))
     if bool(bad.any()):
         where = int(bad.reshape(-1).nonzero()[0])
