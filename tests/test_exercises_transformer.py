@@ -153,3 +153,60 @@ def test_design_layer_counts_match_a_built_layer(budget, head_dim, ff_mult, seq_
 def test_design_layer_returns_none_below_one_head() -> None:
     assert ex3.design_layer(53, 2, 2, 3) is None
     assert ex3.design_layer(54, 2, 2, 3)["n_heads"] == 1
+
+
+# --------------------------------------------------------------------------------------------
+# The statements allow torch's layers (the layer exercises are warm-ups): the grader agrees
+# --------------------------------------------------------------------------------------------
+
+
+def _load_into_torch(peer, params, cross):
+    with torch.no_grad():
+        attentions = [("w", "b", peer.self_attn)]
+        if cross:
+            attentions.append(("wc", "bc", peer.multihead_attn))
+        for w, b, attn in attentions:
+            attn.in_proj_weight.copy_(torch.cat([params[f"{w}_{n}"] for n in "qkv"]))
+            attn.in_proj_bias.copy_(torch.cat([params[f"{b}_{n}"] for n in "qkv"]))
+            attn.out_proj.weight.copy_(params[f"{w}_o"])
+            attn.out_proj.bias.copy_(params[f"{b}_o"])
+        for k in (1, 2):
+            getattr(peer, f"linear{k}").weight.copy_(params[f"w_{k}"])
+            getattr(peer, f"linear{k}").bias.copy_(params[f"b_{k}"])
+        for k in (1, 2, 3) if cross else (1, 2):
+            getattr(peer, f"norm{k}").weight.copy_(params[f"gamma_{k}"])
+            getattr(peer, f"norm{k}").bias.copy_(params[f"beta_{k}"])
+
+
+def _torch_mask(mask, n_heads):
+    """course_lib's (B, T, S) "may attend" -> torch's (B * h, T, S) "may not attend"."""
+    return None if mask is None else (~mask).repeat_interleave(n_heads, 0)
+
+
+def _encoder_by_torch(x, params, n_heads, mask, norm_first):
+    peer = torch.nn.TransformerEncoderLayer(x.shape[-1], n_heads, params["w_1"].shape[0],
+                                            dropout=0.0, batch_first=True,
+                                            norm_first=norm_first).to(x.dtype).eval()
+    _load_into_torch(peer, params, cross=False)
+    with torch.no_grad():
+        return peer(x, src_mask=_torch_mask(mask, n_heads))
+
+
+def _decoder_by_torch(y, memory, params, n_heads, self_mask, cross_mask, norm_first):
+    peer = torch.nn.TransformerDecoderLayer(y.shape[-1], n_heads, params["w_1"].shape[0],
+                                            dropout=0.0, batch_first=True,
+                                            norm_first=norm_first).to(y.dtype).eval()
+    _load_into_torch(peer, params, cross=True)
+    with torch.no_grad():
+        return peer(y, memory, tgt_mask=_torch_mask(self_mask, n_heads),
+                    memory_mask=_torch_mask(cross_mask, n_heads))
+
+
+@pytest.mark.parametrize("exercise_id, fn", [
+    ("transformer.layer_norm", lambda x, gamma, beta, eps=1e-5: torch.nn.functional.layer_norm(
+        x, (x.shape[-1],), gamma, beta, eps)),
+    ("transformer.encoder_layer", _encoder_by_torch),
+    ("transformer.decoder_layer", _decoder_by_torch)])
+def test_a_solution_with_the_torch_layer_the_statement_allows_passes(exercise_id, fn) -> None:
+    results = grading.evaluate(exercise_id, fn)
+    assert [r.message for r in results if r.message] == []
