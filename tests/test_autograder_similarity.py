@@ -3,13 +3,23 @@
 Fast: no notebook runs. The documents are chapter 1's real beam_search exercise: the chapter's
 own solution, a differently structured correct solution (below, checked against the hidden
 tests), a renamed copy of course_lib's reference, and a renamed copy of a classmate's solution.
+
+The code that ran (issue 27, item 3): in every chapter, each exercise's solution is run as the
+sandbox's runner runs a cell (IPython's shell, after the chapter's setup; no notebook, no
+sandbox), as written and hidden in a compressed string that is exec'd; the runner's description of
+the graded function must be the trusted side's description of the instructor's solution (compiled,
+never run), and the hidden copy is flagged with it and listed as dynamic code.
+tests/test_autograder_chapters.py's ``encoded-copy`` does the same through the hardened engine.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
+import json
 import re
+import zlib
 from pathlib import Path
 
 import nbformat
@@ -17,7 +27,15 @@ import pytest
 
 from autograder.chapter_spec import load_chapter_spec
 from autograder.report import similarity
-from coursebook.chapters import Chapter, all_chapters
+from autograder.results import ExerciseOutcome, GradeResult
+from autograder.run.hardened import (
+    MAX_FINGERPRINT_CHARS,
+    MAX_ORIGIN_CHARS,
+    clean_reply,
+    clean_runtime,
+)
+from autograder.run.sandbox_runner import FINGERPRINT_CAP, runtime_fingerprint
+from coursebook.chapters import Chapter, all_chapters, find_chapter
 from tests.adversarial.generate import _solution_text, renamed_copy
 
 # A correct beam search written differently from both the chapter's solution (a list of
@@ -241,3 +259,205 @@ def test_hostile_documents_do_not_break_the_comparison() -> None:
                 "huge": "x = 1\n" * 200_000, "empty": ""}
     flags, compared = similarity.compare_exercise("t.f", students, None)
     assert compared == 4 and all(f.kind == "identical" or f.b is not None for f in flags)
+
+
+# --- The code that ran (issue 27, item 3) -------------------------------------------------------
+
+def _encoded(source: str) -> str:
+    """A solution cell that hides ``source`` in a string: compressed, encoded, exec'd."""
+    blob = base64.b64encode(zlib.compress(source.encode())).decode()
+    return f"import base64, zlib\nexec(zlib.decompress(base64.b64decode({blob!r})).decode())\n"
+
+
+@pytest.fixture(scope="module")
+def shell():
+    """IPython's shell, as the sandbox's runner runs student cells."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    return InteractiveShell.instance()
+
+
+def _setup(shell, setup: list[str]) -> None:
+    """A fresh namespace with a chapter's setup cells run, as in the sandbox."""
+    shell.reset(new_session=False)
+    for code in setup:
+        shell.run_cell(code, store_history=False, silent=True)
+
+
+def _ran(shell, setup: list[str] | None, cell: str, function: str) -> dict[str, str]:
+    """Run ``cell`` as the runner does (after ``setup``, when given, in a fresh namespace); the
+    runner's description of ``function``."""
+    if setup is not None:
+        _setup(shell, setup)
+    result = shell.run_cell(cell, store_history=False, silent=True)
+    assert result.error_before_exec is None and result.error_in_exec is None, cell[:200]
+    return runtime_fingerprint(shell.user_ns, function)
+
+
+@pytest.mark.parametrize("slug", [c.slug for c in all_chapters()])
+def test_every_encoded_solution_runs_as_the_instructors_solution(shell, slug: str) -> None:
+    """In every chapter, each exercise's solution exec'd from a compressed string is, at run time,
+    exactly the instructor's solution as the trusted side describes it (compiled, never run),
+    comes from ``<string>``, and is flagged against it when long enough; the solution as written
+    is described the same and is no dynamic code."""
+    ch = find_chapter(slug)
+    spec = load_chapter_spec(ch.slug, ch.exercises, ch.source, ch.release)
+    references = similarity.reference_runtime(spec)
+    flagged = 0
+    _setup(shell, spec.setup)
+    for ex in spec.exercises:
+        source = _solution_text(ex.solution_source)
+        expected = similarity.solution_runtime(ex)
+        assert expected.startswith("python 3.") and "\ncode f " in expected, ex.exercise_id
+        plain = _ran(shell, None, source, ex.function)
+        hidden = _ran(shell, None, _encoded(source), ex.function)
+        assert plain == {"fingerprint": expected, "code_origin": ""}, ex.exercise_id
+        assert hidden == {"fingerprint": expected, "code_origin": "<string>"}, ex.exercise_id
+        assert similarity.dynamic_code(source) == [], ex.exercise_id
+        assert similarity.dynamic_code(_encoded(source)) == ["calls exec() (line 2)"]
+        flags = similarity.compare_runtime(ex.exercise_id, {"encoded": hidden["fingerprint"]},
+                                           references[ex.exercise_id])
+        pairs = {(f.a.label, f.b.label) for f in flags if f.b is not None}
+        if len(similarity.runtime_runs(expected)) >= similarity.RUNTIME_MIN_SHARED:
+            assert ("encoded", "instructor's solution") in pairs, ex.exercise_id
+            flagged += 1
+        else:
+            assert ("encoded", "instructor's solution") not in pairs, ex.exercise_id
+    assert flagged >= 1, f"{slug}: no exercise long enough to flag"
+
+
+def test_code_that_ran_renamed_or_reformatted_is_the_same_independent_code_is_not(shell) -> None:
+    """Local names, comments, docstrings and layout do not reach the description; another
+    algorithm does not share enough runs to be flagged."""
+    setup = ["import torch\nimport torch.nn.functional as F\n"]
+    different = _ran(shell, setup, DIFFERENT_BEAM_SEARCH, "beam_search")["fingerprint"]
+    renamed = _ran(shell, setup, renamed_copy(DIFFERENT_BEAM_SEARCH), "beam_search")["fingerprint"]
+    assert different == renamed and len(different) > 1000
+    ex = next(e for e in load_chapter_spec(
+        "01-seq2seq", "seq2seq", find_chapter("01-seq2seq").source).exercises
+        if e.exercise_id == EXERCISE)
+    chapter = _ran(shell, setup, _solution_text(ex.solution_source), "beam_search")["fingerprint"]
+    flags = similarity.compare_runtime(EXERCISE, {"a": different, "b": renamed, "c": chapter})
+    assert [(f.kind, f.a.owners, f.b) for f in flags] == [("identical", ["a", "b"], None)]
+
+
+def test_a_helper_defined_beside_the_function_is_part_of_what_ran(shell) -> None:
+    """A thin graded function that calls an exec'd helper carries the helper's code, and the
+    helper's ``<string>`` origin."""
+    helper = "def _impl(x):\n    return (x * 2 + 1).sum(dim=-1).softmax(dim=0)\n"
+    cell = f"exec({helper!r})\n\ndef f(x):\n    return _impl(x)\n"
+    got = _ran(shell, ["import torch\n"], cell, "f")
+    assert "code helper _impl" in got["fingerprint"] and " softmax" in got["fingerprint"]
+    assert got["code_origin"] == "<string>"
+    library = _ran(shell, ["import torch\n"], "def f(x):\n    return torch.softmax(x, 0)\n", "f")
+    assert "helper" not in library["fingerprint"] and library["code_origin"] == ""
+
+
+@pytest.mark.parametrize("code, found", [
+    ("exec(s)", "calls exec()"), ("eval(s)", "calls eval()"),
+    ("c = compile(s, '<x>', 'exec')", "calls compile()"),
+    ("builtins.exec(s)", "calls exec()"),
+    ("import marshal", "imports marshal"), ("from marshal import loads", "imports marshal"),
+    ("m = __import__(name)", "calls __import__() with a name built at run time"),
+    ("m = importlib.import_module('tor' + 'ch')",
+     "calls import_module() with a name built at run time"),
+    ("f = types.FunctionType(code, globals())", "builds a FunctionType by hand"),
+    ("c = CodeType(*args)", "builds a CodeType by hand"),
+    ("g.__code__ = h.__code__", "assigns a function's __code__"),
+    ("c = f.__code__.replace(co_code=b)", "rewrites a code object (replace(co_...=))"),
+    ("get_ipython().run_cell(src)", "runs code through IPython (run_cell())"),
+    ("f = getattr(builtins, 'ex' + 'ec')", "looks up a builtin by a name built at run time"),
+])
+def test_dynamic_code_is_found(code: str, found: str) -> None:
+    assert similarity.dynamic_code(f"x = 1\n{code}\n") == [f"{found} (line 2)"]
+
+
+def test_ordinary_code_is_not_dynamic_code() -> None:
+    ordinary = ("import re, torch, importlib\npattern = re.compile('a+')\n"
+                "model = torch.compile(model)\nm = importlib.import_module('math')\n"
+                "n = __import__('math')\nvalue = obj.eval()\nt = s.replace('a', 'b')\n"
+                "%timeit f(x)\n!pip list\n")
+    assert similarity.dynamic_code(ordinary) == []
+    assert similarity.dynamic_code("def f(:\n  exec(s)") == []  # does not parse: nothing to say
+    assert len(similarity.dynamic_code("exec(s)\n" * 100)) == similarity.MAX_FINDINGS
+
+
+def test_a_hostile_graded_object_gives_no_description() -> None:
+    """Whatever the student's object does when looked at, the runner answers (empty)."""
+    class Hostile:
+        def __getattr__(self, name):
+            raise RuntimeError("no")
+
+    class Namespace(dict):
+        def get(self, *args):
+            raise RuntimeError("no")
+
+    empty = {"fingerprint": "", "code_origin": ""}
+    assert runtime_fingerprint({"f": Hostile()}, "f") == empty
+    assert runtime_fingerprint({"f": 3}, "f") == empty
+    assert runtime_fingerprint({}, "f") == empty
+    assert runtime_fingerprint(Namespace(), "f") == empty
+    assert runtime_fingerprint({"f": len}, ["f"]) == empty
+    import functools
+
+    def g(a, b):
+        return a + b
+
+    assert runtime_fingerprint({"f": functools.partial(g, 1)}, "f")["fingerprint"] == \
+        runtime_fingerprint({"f": g}, "f")["fingerprint"] != ""
+
+
+def test_a_huge_function_is_described_within_the_cap() -> None:
+    body = "".join(f"    x{i} = x{i - 1} * {i} + 'k{i}'\n" for i in range(1, 4000))
+    namespace: dict = {}
+    exec(f"def f(x0):\n{body}    return x3999\n", namespace)  # noqa: S102 - a test's own code
+    text = runtime_fingerprint(namespace, "f")["fingerprint"]
+    assert 0 < len(text) <= FINGERPRINT_CAP
+
+
+def test_the_trusted_side_caps_and_types_what_the_runner_sent() -> None:
+    cleaned = clean_reply({"ok": True, "fingerprint": "x" * (10 << 20),
+                           "code_origin": {"a": 1}})
+    assert len(cleaned["fingerprint"]) == MAX_FINGERPRINT_CHARS and cleaned["code_origin"] == ""
+    assert clean_runtime({"fingerprint": None, "code_origin": "<string>" * 1000}) == {
+        "fingerprint": "", "code_origin": ("<string>" * 1000)[:MAX_ORIGIN_CHARS]}
+
+
+def test_the_outcome_keeps_what_ran_in_the_results_cache() -> None:
+    r = GradeResult.new("s1", "s1/seq2seq.ipynb", "ab", "cd", "hardened", 3.0)
+    r.exercises["seq2seq.f"] = ExerciseOutcome("seq2seq.f", 3.0, 3.0, "passed",
+                                               fingerprint="python 3.11\ncode f",
+                                               code_origin="<string>")
+    r.exercises["seq2seq.g"] = ExerciseOutcome("seq2seq.g", 0.0, 3.0, "failed")
+    data = json.loads(json.dumps(r.to_json()))
+    assert "fingerprint" not in data["exercises"]["seq2seq.g"]
+    assert GradeResult.from_json(data) == r
+
+
+def test_report_flags_the_encoded_copy_and_lists_dynamic_code_escaped(chapter1, tmp_path: Path,
+                                                                      shell) -> None:
+    """Through analyse and write_report: the encoded copy is flagged with the instructor's
+    solution (text shares nothing) and listed as dynamic code; ids and code are escaped."""
+    spec, ex = chapter1["spec"], chapter1["exercise"]
+    source = _solution_text(ex.solution_source)
+    hidden = _ran(shell, spec.setup, _encoded(source), ex.function)
+    hostile = "</pre><script>x()</script>"
+    code = {"enc<b>": {EXERCISE: _encoded(source)}, "honest": {EXERCISE: DIFFERENT_BEAM_SEARCH}}
+    runtime = {"enc<b>": {EXERCISE: (hidden["fingerprint"] + f"\nLOAD_CONST {hostile!r}",
+                                     hidden["code_origin"])}}
+    report = similarity.analyse(spec, code, runtime=runtime)
+    assert [(f.kind, f.basis, f.a.owners, f.b.owners) for f in report.flags] == [
+        ("reference", "runtime", ["enc<b>"], ["instructor's solution"])]
+    assert [(d.student, d.findings) for d in report.dynamic] == [("enc<b>", [
+        "calls exec() (line 2)",
+        "at run time, its code was compiled from a string (file <string>)"])]
+    similarity.write_report(tmp_path, spec, report)
+    page = (tmp_path / "similarity.html").read_text()
+    assert "<script>" not in page and "&lt;/pre&gt;&lt;script&gt;" in page
+    assert "enc&lt;b&gt;" in page and "the same code at run time" in page
+    assert "dynamic code: enc&lt;b&gt;" in page
+    with open(tmp_path / "similarity.csv", newline="") as f:
+        rows = [(r["kind"], r["students_a"], r["students_b"], r["basis"]) for r in
+                csv.DictReader(f)]
+    assert rows == [("reference", "enc<b>", "instructor's solution", "runtime"),
+                    ("dynamic code", "enc<b>", "", "dynamic code")]

@@ -93,7 +93,7 @@ def describe_code(code, helper=None, cap=FINGERPRINT_CAP):
     code objects and the helpers it names (``helper(name)``: their code, or ``None``), in order.
 
     The opname and argument of each instruction, without file name, line numbers, addresses or
-    jump offsets; local names become their index (a renamed variable changes nothing), constants
+    jump offsets; local names become an index (a renamed variable changes nothing), constants
     their ``repr`` (cut), globals and attributes their names. The same code compiled by the same
     Python gives the same text wherever its source came from (a cell, ``exec`` of a decoded
     string). Also used in the trusted process on the instructor's solution (no code runs).
@@ -111,21 +111,24 @@ def describe_code(code, helper=None, cap=FINGERPRINT_CAP):
             continue
         seen.add(id(co))
         files.add(str(co.co_filename))
-        local = {n: f"v{i}" for i, n in enumerate(co.co_varnames + co.co_cellvars
-                                                   + co.co_freevars)}
+        # arguments by position, other local, cell and free names in order of first use (a
+        # cell's index follows its name's sort order: renaming would reorder it)
+        n_args = co.co_argcount + co.co_kwonlyargcount + bool(co.co_flags & 4) \
+            + bool(co.co_flags & 8)
+        local = {n: f"v{i}" for i, n in enumerate(co.co_varnames[:n_args])}
         out = [f"code {label} args={co.co_argcount},{co.co_posonlyargcount},"
                f"{co.co_kwonlyargcount} flags={co.co_flags & 0x3ac}"]
         for ins in dis.get_instructions(co):
             if ins.opname in ("CACHE", "EXTENDED_ARG", "NOP"):
                 continue
-            if ins.opcode in jumps:
-                arg = ""
+            if ins.opcode in jumps or ins.opname in ("MAKE_CELL", "COPY_FREE_VARS"):
+                arg = ""  # offsets; cells made in their names' sort order
             elif isinstance(ins.argval, types.CodeType):
                 todo.append((f"{label}.{len(out)}", ins.argval))
                 arg = f"<code {todo[-1][0]}>"
             elif ins.opcode in named:
                 names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
-                arg = ",".join(local.get(n, "?") for n in names)
+                arg = ",".join(local.setdefault(n, f"v{len(local)}") for n in names)
             elif ins.opname in ("LOAD_CONST", "KW_NAMES"):  # KW_NAMES: the keywords' names
                 arg = repr(co.co_consts[ins.arg] if ins.opname == "KW_NAMES" else ins.argval)
             else:
