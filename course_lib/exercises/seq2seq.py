@@ -26,10 +26,12 @@ values. The step functions handed to the decoding exercises are tiny Markov scor
 touches a forbidden function. Slips are torch-only wrong implementations; a question's slips
 explain why a wrong letter is wrong without naming the right one.
 
-The hidden inputs of the decoding exercises hold :class:`course_lib.decoding.MarkovStep` objects,
-so the grading sandbox must hold :mod:`course_lib.decoding` (:data:`SANDBOX_MODULES`); the
-functions of it that compute an answer (``greedy_decode``, ``beam_search``, ``beam_search_cost``)
-are the references of these exercises, which the grading guard forbids everywhere.
+No statement allows a course_lib module and no visible test imports one, so this module declares
+no ``SANDBOX_MODULES``. The hidden inputs of the decoding exercises hold
+:class:`course_lib.decoding.MarkovStep` objects, so the grader's sandbox holds
+:mod:`course_lib.decoding` to unpickle them (``autograder.strip.sandbox_modules`` finds it in the
+inputs); the functions of it that compute an answer (``greedy_decode``, ``beam_search``,
+``beam_search_cost``) are references of these exercises, stripped there and forbidden everywhere.
 """
 
 from __future__ import annotations
@@ -44,10 +46,6 @@ from torch import nn
 from course_lib import alignment, attention, decoding, seq2seq
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
-
-#: course_lib modules the grading sandbox must hold: the hidden inputs of ``greedy_decode`` and
-#: ``beam_search`` are ``decoding.MarkovStep`` objects, unpickled there.
-SANDBOX_MODULES = ("course_lib.decoding",)
 
 # 1. state_collision (a question) -------------------------------------------------------------
 _STATE_COLLISION = Question(
