@@ -31,7 +31,10 @@ def _add_grade(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("grading-out"),
                    help="output folder: grades.csv, feedback/, gradebook.db, plots "
                    "(default: ./grading-out)")
-    p.add_argument("--engine", choices=["hardened", "nbgrader"], default="hardened")
+    p.add_argument("--engine", choices=["hardened", "nbgrader"], default="hardened",
+                   help="hardened (default; judges outside the student's process) or nbgrader "
+                   "(stock nbgrader: a baseline or cross-check, NOT tamper-proof: student code "
+                   "runs in the kernel that judges it; never use its grades)")
     p.add_argument("--workers", type=int, default=0,
                    help="parallel submissions (default: one per core)")
     p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell (hardened)")

@@ -45,7 +45,7 @@ from autograder.printable import printable
 from autograder.report.write import Batch, write_outputs
 from autograder.results import FileRow, GradeResult, Submission, safe_name
 from autograder.run.batch import run_hardened
-from autograder.run.engine_nbgrader import grade_with_nbgrader
+from autograder.run.engine_nbgrader import NOT_TAMPER_PROOF, grade_with_nbgrader
 from autograder.run.sandbox import Limits
 from coursebook.chapters import Chapter, UnknownChapter, find_chapter
 
@@ -140,6 +140,8 @@ def _print_summary(chapter: Chapter, batch: Batch, graded_now: int, engine: str,
     print("\n" + printable(f"{chapter.slug}: {n} students in grades.csv ({graded_now} "
                            f"graded now, {n - graded_now} from the cache or invalid), "
                            f"engine {engine}, wall time {wall:.1f} s"))
+    if engine == "nbgrader":
+        print(printable(f"warning: {NOT_TAMPER_PROOF}"))
     if problems:
         print(f"could not grade {len(problems)} file(s):")
         for row in problems:

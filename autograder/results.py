@@ -48,6 +48,15 @@ def safe_name(student_id: str) -> str:
     return name
 
 
+#: What the stock nbgrader engine's command, closing summary, summary.html and every feedback page
+#: say (``autograder/run/engine_nbgrader.py``): its grades can be earned by the graded notebook.
+NOT_TAMPER_PROOF = (
+    "Grades of the stock nbgrader engine (--engine nbgrader) are NOT tamper-proof: student code "
+    "runs in the kernel that judges it, so a notebook can replace the tests (grading.check) or "
+    "switch the reference guard off and earn points it did not earn. Use this engine as a "
+    "baseline or a cross-check only, never for grades; grade with the hardened engine (the "
+    "default, --engine hardened), which judges outside the student's process.")
+
 #: The keys a cached result must have to be used at all.
 _NEEDED = ("student_id", "status", "exercises", "total")
 

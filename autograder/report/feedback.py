@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from autograder.chapter_spec import ChapterSpec
 from autograder.report.pages import render
-from autograder.results import GradeResult
+from autograder.results import NOT_TAMPER_PROOF, GradeResult
 
 
 def render_feedback(chapter: ChapterSpec, result: GradeResult) -> str:
@@ -22,4 +22,5 @@ def render_feedback(chapter: ChapterSpec, result: GradeResult) -> str:
         The page; an exercise without an outcome is listed as not graded.
     """
     rows = [(ex, result.exercises.get(ex.exercise_id)) for ex in chapter.exercises]
-    return render("feedback.html", chapter=chapter.name, r=result, rows=rows)
+    return render("feedback.html", chapter=chapter.name, r=result, rows=rows,
+                  not_tamper_proof=NOT_TAMPER_PROOF if result.engine == "nbgrader" else "")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autograder.chapter_spec import ChapterSpec, ExerciseSpec
 from autograder.report.pages import render
-from autograder.results import FileRow, GradeResult
+from autograder.results import NOT_TAMPER_PROOF, FileRow, GradeResult
 
 _NUMBER = re.compile(r"-?\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b|\bnan\b|-?\binf\b", re.I)
 _CASE_PREFIX = re.compile(r"^case \d+ \([^\n]*?\): ")
@@ -102,5 +102,6 @@ def write_summary(path: Path, chapter: ChapterSpec, results: list[GradeResult],
         totals=_totals(chapter, results), max_total=chapter.max_total, plot=picture,
         exercises=_pass_rates(chapter, results),
         failures=[(ex, failures.get(ex.exercise_id, [])) for ex in chapter.exercises],
-        similarity_flags=similarity_flags)
+        similarity_flags=similarity_flags,
+        not_tamper_proof=NOT_TAMPER_PROOF if any(r.engine == "nbgrader" for r in results) else "")
     path.write_text(page, encoding="utf-8", errors="backslashreplace")

@@ -9,12 +9,16 @@ default 30 s kills a chapter's full-mode demos), and feedback with the hidden te
 (``ClearHiddenTests``; stock nbgrader prints them verbatim).
 
 Student code runs unsandboxed, in the same kernel as the tests: this engine is the baseline the
-hardened engine is measured against, not a defence (see autograder/README.md).
+hardened engine is measured against, not a defence (see autograder/README.md). Its grades are not
+tamper-proof (a notebook can replace ``grading.check``, or switch the reference guard off and call
+the reference), and it says so (:data:`NOT_TAMPER_PROOF`): on stderr when grading starts, in the
+closing summary, as a banner in summary.html and in every feedback page.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -23,6 +27,7 @@ import warnings
 from pathlib import Path
 
 import nbformat
+from markupsafe import escape
 from nbformat import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
@@ -33,8 +38,21 @@ import course_lib
 from autograder.chapter_spec import ChapterSpec
 from autograder.extra_exercises import EXTRA_EXERCISES_ENV
 from autograder.nbgrader_setup import nbgrader_config, setup_alembic
-from autograder.results import ExerciseOutcome, GradeResult
+from autograder.results import NOT_TAMPER_PROOF, ExerciseOutcome, GradeResult
 from coursebook.chapters import Chapter
+
+
+def add_banner(page: str) -> str:
+    """An HTML page (nbgrader's feedback) with :data:`NOT_TAMPER_PROOF` at the top of its body.
+
+    Example:
+        >>> add_banner("<html><body><p>x</p></body></html>").count("NOT tamper-proof")
+        1
+    """
+    banner = ('<div role="note" style="border:2px solid #a40e26;color:#a40e26;padding:.6rem;'
+              f'margin:.6rem 0"><b>{escape(NOT_TAMPER_PROOF)}</b></div>')
+    body = re.search(r"<body[^>]*>", page, re.I)
+    return page[:body.end()] + banner + page[body.end():] if body else banner + page
 
 
 def _full_course_lib_with_extras() -> str | None:
@@ -53,7 +71,11 @@ def _full_course_lib_with_extras() -> str | None:
 def grade_with_nbgrader(chapter: Chapter, spec: ChapterSpec,
                         todo: list[tuple[GradeResult, NotebookNode]],
                         out: Path, progress: bool = True) -> list[GradeResult]:
-    """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader."""
+    """Autograde and generate feedback for each ``(result, notebook)`` with stock nbgrader.
+
+    Its grades are not tamper-proof (:data:`NOT_TAMPER_PROOF`, printed on stderr first).
+    """
+    print(f"warning: {NOT_TAMPER_PROOF}", file=sys.stderr)
     setup_alembic()
     if not todo:
         return []
@@ -124,4 +146,6 @@ def _grade_one(api, config, chapter: Chapter, spec: ChapterSpec, root: Path,
         fb = api.generate_feedback(chapter.slug, sid, force=True)
         html = root / "feedback" / sid / chapter.slug / f"{chapter.stem}.html"
         if fb.get("success") and html.exists():
+            html.write_text(add_banner(html.read_text(encoding="utf-8", errors="replace")),
+                            encoding="utf-8")
             result.nbgrader_feedback = str(html)
