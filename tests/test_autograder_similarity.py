@@ -407,6 +407,15 @@ def test_a_hostile_graded_object_gives_no_description() -> None:
         runtime_fingerprint({"f": g}, "f")["fingerprint"] != ""
 
 
+def test_a_decorated_function_is_described_not_its_wrapper(shell) -> None:
+    """``@torch.no_grad()`` wraps the function in torch's code: the student's code is described
+    (the same as undecorated), and it comes from the cell."""
+    body = "def f(x):\n    y = x * 2\n    return y.softmax(dim=-1)\n"
+    plain = _ran(shell, ["import torch\n"], body, "f")
+    decorated = _ran(shell, None, "@torch.no_grad()\n" + body, "f")
+    assert decorated == plain and plain["code_origin"] == "" and "softmax" in plain["fingerprint"]
+
+
 def test_a_huge_function_is_described_within_the_cap() -> None:
     body = "".join(f"    x{i} = x{i - 1} * {i} + 'k{i}'\n" for i in range(1, 4000))
     namespace: dict = {}

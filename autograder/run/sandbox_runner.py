@@ -147,6 +147,19 @@ def describe_code(code, helper=None, cap=FINGERPRINT_CAP):
     return text, files
 
 
+def _unwrapped(fn):
+    """The function under a decorator (``__wrapped__``: ``torch.no_grad()``, ``functools.wraps``),
+    a bound method or a ``functools.partial``: the code the student wrote, not a library's
+    wrapper."""
+    for _ in range(5):
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "__func__", None) \
+            or getattr(fn, "func", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return fn
+
+
 def runtime_fingerprint(namespace, name):
     """``{"fingerprint": ..., "code_origin": ...}`` of the graded function ``namespace[name]``
     as it is after its hidden tests ran (the similarity report's; never part of a verdict).
@@ -159,18 +172,14 @@ def runtime_fingerprint(namespace, name):
 
     try:
         fn = namespace.get(name) if isinstance(name, str) else None
-        for _ in range(5):  # a bound method, a functools.partial, a decorated function
-            if isinstance(getattr(fn, "__code__", None), types.CodeType):
-                break
-            fn = getattr(fn, "__func__", None) or getattr(fn, "func", None) \
-                or getattr(fn, "__wrapped__", None)
+        fn = _unwrapped(fn)
         code = getattr(fn, "__code__", None)
         if not isinstance(code, types.CodeType):
             return {"fingerprint": "", "code_origin": ""}
         glb = getattr(fn, "__globals__", None)
 
         def helper(n):  # a function defined beside it (a cell, an exec'd string), not a library's
-            h = glb.get(n) if isinstance(glb, dict) else None
+            h = _unwrapped(glb.get(n)) if isinstance(glb, dict) else None
             if isinstance(h, types.FunctionType) and (
                     h.__globals__ is glb or not os.path.isabs(h.__code__.co_filename)):
                 return h.__code__
