@@ -307,7 +307,7 @@ def _step_old_caches(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v:
 _STEP_SLIPS = (
     Slip("weights are shaped (out, in) and applied as x @ w.T (nn.Linear's convention); you "
          "applied x @ w", _step_x_at_w),
-    Slip("the output of the new token is not equation (eq-cache-step) at its position: check "
+    Slip("the output of the new token is not causal attention's output at its position: check "
          "over which keys and values it attends", _step_not_itself),
     Slip("divide the scores by sqrt(d_k), the size of the keys, not by sqrt(d_model)",
          _step_by_d_model),
