@@ -25,12 +25,17 @@ and each copy must get exactly its grade:
 * ``memorised``: every exercise a table of course_lib's outputs on the hidden inputs as a
   student would build them in advance (tests/adversarial/memorised.py), no implementation: the
   grading run's secret changes the inputs, zero.
-* ``imports-outside``: every solution imports a package of the development environment that the
-  statements rule out (``transformers``) first: the sandbox does not hold it, zero, and the
-  feedback names the import;
+* ``imports-outside``: every solution first imports a package of the development environment
+  that the statements rule out (``transformers``) or, every other exercise, a course_lib module
+  that is not the chapter's sandbox's (``course_lib.llama``, whose ``KVCache`` would re-derive a
+  KV-cache size): the sandbox holds neither, zero, and the feedback names the import;
 * ``meter-off``: every exercise with a memory rule builds the forbidden tensor with the
   in-kernel meter switched off (tests/adversarial/memory.py); the grader limits the sandbox's
   memory from outside, zero (the others are left blank).
+* ``encoded-copy``: every solution cell the instructor's solution zlib-compressed, base64-encoded
+  and ``exec``'d: full marks (it is correct code), and the similarity report flags it, from the
+  code that ran, as a copy of the instructor's solution (every exercise long enough to tell) and
+  lists it as dynamic code in every exercise.
 
 tests/test_grading_chapters.py runs the solution and the blank release through both engines;
 this file is the hardened grader's defences, chapter by chapter.
@@ -38,19 +43,25 @@ this file is the hardened grader's defences, chapter by chapter.
 
 from __future__ import annotations
 
+import base64
 import copy
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import zlib
 
 import nbformat
 import pytest
 
 from autograder.chapter_spec import load_chapter_spec
+from autograder.report import similarity
+from autograder.strip import sandbox_modules
 from course_lib import grading
+from course_lib.exercises._common import using_secret
 from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
 from tests.adversarial import memorised, memory
 from tests.adversarial.chapters import released_copy
@@ -59,7 +70,8 @@ from tests.fixtures.colab.transform import colab_transform
 
 CHAPTERS = [c.slug for c in all_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
 COPIES = ["solution", "blank", "partial", "calls-reference", "guard-off", "colab",
-          "stripped-metadata", "module-helpers", "memorised", "imports-outside", "meter-off"]
+          "stripped-metadata", "module-helpers", "memorised", "imports-outside", "meter-off",
+          "encoded-copy"]
 
 
 def test_chapters_are_found_by_glob() -> None:
@@ -132,13 +144,22 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
         with memorised.secret("a-guess-made-before-the-grading-run"):
             return memorised.cell_source(ex.function, memorised.build_table(registered))
 
+    outside_module = _course_module_outside(chapter.exercises)
+    imports = {ex.exercise_id: ("import transformers" if i % 2 == 0
+                                else f"import {outside_module}")
+               for i, ex in enumerate(spec.exercises)}
+
     def imports_outside(ex):
         text = _solution_text(src[ex.solution_grade_id])
         head, sep, body = text.partition(":\n")
-        return f"{head}{sep}    import transformers\n{body}"
+        return f"{head}{sep}    {imports[ex.exercise_id]}\n{body}"
 
     def meter_off(ex):
         return memory.NAIVE.get(ex.exercise_id)
+
+    def encoded(ex):
+        blob = base64.b64encode(zlib.compress(solution(ex).encode())).decode()
+        return f"import base64, zlib\nexec(zlib.decompress(base64.b64decode({blob!r})).decode())\n"
 
     solved = with_cells(solution)
     half = {ex.exercise_id for i, ex in enumerate(spec.exercises) if i % 2 == 0}
@@ -160,7 +181,21 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
         "memorised": (_dump(with_cells(memorised_cell)), zero),
         "imports-outside": (_dump(with_cells(imports_outside)), zero),
         "meter-off": (_dump(with_cells(meter_off)), zero),
+        "encoded-copy": (_dump(with_cells(encoded)), full),
     }
+
+
+def _course_module_outside(chapter: str) -> str:
+    """A course_lib module that is not in ``chapter``'s sandbox (``course_lib.llama`` unless the
+    chapter's sandbox holds it): a solution importing it scores 0."""
+    with using_secret("attack-copies"):
+        values = [c.inputs() for ex in grading.chapter_exercises(chapter).values()
+                  for c in ex.cases()]
+    inside = set(sandbox_modules(chapter, values))
+    for name in ("course_lib.llama", "course_lib.longrange", "course_lib.gpt", "course_lib.lora"):
+        if name not in inside:
+            return name
+    raise AssertionError(f"{chapter}'s sandbox holds every candidate module")
 
 
 @pytest.fixture(scope="module", params=[
@@ -191,7 +226,8 @@ def graded(request, tmp_path_factory) -> dict:
     with open(out / "grades.csv", newline="") as f:
         grades = {row["student_id"]: row for row in csv.DictReader(f)}
     results = {s: json.loads((out / "results" / f"{s}.json").read_text()) for s in copies}
-    return {"name": name, "spec": spec, "copies": copies, "grades": grades, "results": results}
+    return {"name": name, "spec": spec, "copies": copies, "grades": grades, "results": results,
+            "out": out}
 
 
 @pytest.mark.parametrize("copy_name", COPIES)
@@ -228,8 +264,8 @@ def test_imports_outside_the_allow_list_are_named(graded: dict) -> None:
     """A solution that imports a package the statements rule out scores 0, and the feedback says
     which import (the sandbox does not hold the package)."""
     for eid, r in graded["results"]["imports-outside"]["exercises"].items():
-        assert any("imports transformers" in m for m in r["messages"]), \
-            f"{graded['name']} {eid}: {r['messages'][:2]}"
+        assert any(re.search(r"imports (transformers|course_lib\.\w+), which", m)
+                   for m in r["messages"]), f"{graded['name']} {eid}: {r['messages'][:2]}"
 
 
 def test_memory_rules_are_graded_from_outside_the_kernel(graded: dict) -> None:
@@ -240,3 +276,21 @@ def test_memory_rules_are_graded_from_outside_the_kernel(graded: dict) -> None:
         if eid in results:
             assert any("more memory than" in m for m in results[eid]["messages"]), \
                 f"{graded['name']} {eid}: {results[eid]['messages'][:3]}"
+
+
+def test_a_copy_hidden_in_a_string_is_flagged_from_the_code_that_ran(graded: dict) -> None:
+    """The encoded copy's text shares nothing with anybody's; what ran is the instructor's
+    solution: flagged with it wherever the function is long enough to tell, and listed as dynamic
+    code (exec, and a function compiled from a string) in every exercise; the solution is not."""
+    with open(graded["out"] / "similarity.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for ex in graded["spec"].exercises:
+        mine = [r for r in rows if r["exercise"] == ex.name]
+        dynamic = {r["students_a"]: r["details"] for r in mine if r["kind"] == "dynamic code"}
+        assert "calls exec()" in dynamic.get("encoded-copy", ""), (graded["name"], ex.name)
+        assert "compiled from a string" in dynamic["encoded-copy"], (graded["name"], ex.name)
+        assert "solution" not in dynamic, (graded["name"], ex.name, dynamic.get("solution"))
+        linked = any(r["basis"] == "runtime" and r["students_b"] == "instructor's solution"
+                     and "encoded-copy" in r["students_a"].split(";") for r in mine)
+        runs = len(similarity.runtime_runs(similarity.solution_runtime(ex)))
+        assert linked == (runs >= similarity.RUNTIME_MIN_SHARED), (graded["name"], ex.name, runs)
