@@ -170,9 +170,11 @@ def interleaved_to_half_weight(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     rows = w.shape[-2]
     if n_heads < 1 or rows % n_heads != 0:
         raise ValueError(f"n_heads must be a positive divisor of w's {rows} rows, got {n_heads}")
-    perm = interleaved_to_half(rows // n_heads).to(w.device)
-    return w.reshape(*w.shape[:-2], n_heads, rows // n_heads, w.shape[-1])[..., perm, :].reshape(
-        w.shape)
+    d_head = rows // n_heads
+    _check(d_head, "half")
+    perm = torch.cat((torch.arange(0, d_head, 2, device=w.device),
+                      torch.arange(1, d_head, 2, device=w.device)))  # interleaved_to_half(d_head)
+    return w.reshape(*w.shape[:-2], n_heads, d_head, w.shape[-1])[..., perm, :].reshape(w.shape)
 
 
 def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
