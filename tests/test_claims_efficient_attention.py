@@ -88,8 +88,9 @@ def test_linear_attention_forms_agree_and_generation_is_constant(built_book: Pat
 
 
 def test_linear_attention_pays_in_recall(built_book: Path) -> None:
-    """Section 3: "Both models have N parameters (N for the linear one: the same). On 2,000
-    held-out sequences softmax attention answers X of the queries and linear attention Y"; the
+    """Section 3: "The softmax model has N parameters and the linear one N: the feature map phi
+    adds none. On 2,000 held-out sequences softmax attention answers X of the queries and linear
+    attention Y"; the
     figure's alt text: over the last 10 training steps "softmax's loss falls to A, linear
     attention's only to B" (chance: ln 16 = 2.77)."""
     assert value("ch6_recall_params_softmax") == value("ch6_recall_params_linear")  # 6928

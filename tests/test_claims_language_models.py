@@ -95,7 +95,7 @@ def test_perplexity_is_the_exponential_of_the_loss(built_book: Path) -> None:
 
 def test_the_cache_runs_the_positions_exercise_5_counts(built_book: Path) -> None:
     """Section 3: "After the 7-character prompt, recomputing runs X positions through each block
-    and the cache Y, the counts of exercise 5 (they agree: 1)"."""
+    and the cache Y: the counts of exercise 5, which the cell checks"."""
     assert value("ch4_positions_match") == 1
     assert value("ch4_positions_no_cache") == 48 * 7 + 48 * 47 // 2  # 1464
     assert value("ch4_positions_cache") == 7 + 48 - 1  # 54

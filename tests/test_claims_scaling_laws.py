@@ -99,8 +99,8 @@ def test_the_sweep_and_its_live_rerun(built_book: Path) -> None:
     minutes"; "the training text has 4.3 million characters and the longest runs see 4.3 times
     as many, about four epochs" (section 6: "about 4 times"); "the 3 smallest sizes have a single
     layer"; the frontier's exponent "-0.057 ... which it happens to resemble" (Kaplan's -0.050);
-    the re-run "lands within 0.0084 nats of the shipped point ... far less than the gaps between
-    the sweep's points"."""
+    "Re-run and shipped point differ by at most 0.0000 nats (to four decimals), far less than the
+    gaps between the sweep's points"."""
     assert value("ch5_sweep_runs") == 32
     assert value("ch5_sweep_sizes") == 8
     assert value("ch5_sweep_decades") >= 1.5  # 2.05
