@@ -28,8 +28,14 @@ import torch
 
 from autograder.run import sandbox_runner
 from autograder.run.hardened import clean_reply
-from autograder.strip import SANDBOX_EXERCISE_FILES, answers_to_strip, build_sandbox_course_lib
+from autograder.strip import (
+    SANDBOX_EXERCISE_FILES,
+    answers_to_strip,
+    build_sandbox_course_lib,
+    sandbox_modules,
+)
 from course_lib import grading
+from course_lib.exercises._common import using_secret
 from tests.adversarial import memorised
 
 CHAPTERS = grading.exercise_chapters()
@@ -41,7 +47,11 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, li
     out = {}
     for chapter in CHAPTERS:
         dest = tmp_path_factory.mktemp(f"sandbox-{chapter}")
-        out[chapter] = dest, build_sandbox_course_lib(dest, answers_to_strip(chapter))
+        with using_secret("strip-tests"):
+            values = [case.inputs() for ex in grading.chapter_exercises(chapter).values()
+                      for case in ex.cases()]
+        out[chapter] = dest, build_sandbox_course_lib(dest, answers_to_strip(chapter),
+                                                      sandbox_modules(chapter, values))
     return out
 
 
@@ -56,9 +66,35 @@ def test_the_sandbox_copy_has_no_exercise_module_and_no_answer_body(
         module = getattr(obj, "__module__", "") or type(obj).__module__
         if not module.startswith("course_lib.") or module.startswith("course_lib.exercises."):
             continue  # torch itself, or an exercise module (not in the sandbox at all)
+        rel = Path(*module.split("."))
+        if not ((dest / rel).with_suffix(".py").exists() or (dest / rel / "__init__.py").exists()):
+            continue  # a module the allow-list leaves out: not in the sandbox at all
         qual = getattr(obj, "__qualname__", type(obj).__qualname__)
         assert any(n == qual or n.startswith(qual + ".") for n in stripped_names), (
             f"{chapter}: {module}.{qual} keeps its body in the sandbox")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_sandbox_copy_is_an_allow_list(chapter: str,
+                                           copies: dict[str, tuple[Path, list[str]]]) -> None:
+    """The copy holds the grading plumbing and the chapter's declared or unpickled modules (with
+    what they import), nothing else: no module that could re-derive an answer unnamed."""
+    dest, _ = copies[chapter]
+    root = dest / "course_lib"
+    held = {p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.py")}
+    base = {"__init__", "utils", "exercises/__init__", "exercises/_common", "exercises/_calls"}
+    rest = {m for m in held - base if not m.startswith("grading/")}
+    wanted = {m.removeprefix("course_lib.").replace(".", "/")
+              for m in _declared_and_unpickled(chapter)}
+    assert rest == wanted
+    assert not {"llama", "longrange"} & rest, rest
+
+
+def _declared_and_unpickled(chapter: str) -> list[str]:
+    with using_secret("strip-tests"):
+        values = [case.inputs() for ex in grading.chapter_exercises(chapter).values()
+                  for case in ex.cases()]
+    return sandbox_modules(chapter, values)
 
 
 _SCAN = r'''
