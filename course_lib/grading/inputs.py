@@ -89,12 +89,16 @@ def write_case_inputs(ex: Exercise, folder: Path,
 
 def read_case_inputs(folder: Path, exercise_id: str) -> dict[str, Any]:
     """The bundle :func:`write_case_inputs` wrote (sandbox side: the file comes from the grader)."""
-    path = case_inputs_path(folder, exercise_id)
+    return _read_bundle(case_inputs_path(folder, exercise_id), exercise_id, "inputs")
+
+
+def _read_bundle(path: Path, exercise_id: str, what: str) -> dict[str, Any]:
+    """A bundle the trusted grader wrote for ``exercise_id`` (``what`` names it in errors)."""
     if not path.is_file():
-        raise GradingError(f"the grader gave no inputs for {exercise_id} ({path} is missing)")
+        raise GradingError(f"the grader gave no {what} for {exercise_id} ({path} is missing)")
     bundle = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(bundle, dict) or bundle.get("exercise") != exercise_id:
-        raise GradingError(f"{path} does not hold the inputs of {exercise_id}")
+        raise GradingError(f"{path} does not hold the {what} of {exercise_id}")
     return bundle
 
 
@@ -113,10 +117,4 @@ def write_probe_inputs(ex: Exercise, folder: Path, inputs: dict[str, Any]) -> Pa
 
 def read_probe_inputs(folder: Path, exercise_id: str) -> dict[str, Any]:
     """The bundle :func:`write_probe_inputs` wrote (sandbox side)."""
-    path = probe_inputs_path(folder, exercise_id)
-    if not path.is_file():
-        raise GradingError(f"the grader gave no memory probe for {exercise_id}")
-    bundle = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(bundle, dict) or bundle.get("exercise") != exercise_id:
-        raise GradingError(f"{path} does not hold the memory probe of {exercise_id}")
-    return bundle
+    return _read_bundle(probe_inputs_path(folder, exercise_id), exercise_id, "memory probe")
