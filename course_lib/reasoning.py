@@ -208,7 +208,9 @@ def plug_in_bias(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
     :math:`1 - (1 - p)^k`. Estimating it by putting the share :math:`c/n` of right samples in
     place of :math:`p`, with :math:`c \sim \mathrm{Binomial}(n, p)`, is biased:
 
-    .. math:: \mathbb E\left[1 - (1 - c/n)^kight] - \left(1 - (1 - p)^kight)
+    .. math:: \mathbb E\left[1 - (1 - c/n)^k
+ight] - \left(1 - (1 - p)^k
+ight)
               = (1 - p)^k - \sum_{c=0}^{n} inom{n}{c} p^c (1-p)^{n-c} (1 - c/n)^k
 
     which is :math:`\le 0` (Jensen: :math:`x \mapsto 1 - (1-x)^k` is concave) and 0 for
@@ -391,9 +393,9 @@ def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
 
 
 def load_results(part: str) -> dict[str, Any]:
-    """The shipped results of ``scripts/train_reasoning.py --part cot|rl``."""
-    if part not in ("cot", "rl"):
-        raise ValueError(f"part must be 'cot' or 'rl', got {part!r}")
+    """The shipped results of ``scripts/train_reasoning.py --part cot|rl|ablations``."""
+    if part not in ("cot", "rl", "ablations"):
+        raise ValueError(f"part must be 'cot', 'rl' or 'ablations', got {part!r}")
     results: dict[str, Any] = finetune.load_json_xz(DATA_DIR / f"reasoning_{part}.json.xz",
                                                     f"scripts/train_reasoning.py --part {part}")
     return results

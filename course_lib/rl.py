@@ -95,8 +95,26 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(1, keepdim=True)) * (g / (g - 1))
 
 
+def centred_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    r"""Each reward minus its group's mean, not divided by the standard deviation (Dr. GRPO).
+
+    Liu et al. (2025) drop GRPO's division by the group's standard deviation, which weighs the
+    groups whose rewards vary little (questions nearly always or nearly never solved) more.
+
+    Example:
+        >>> centred_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]]))
+        tensor([[ 0.5000, -0.5000, -0.5000,  0.5000],
+                [ 0.2500,  0.2500,  0.2500, -0.7500]])
+    """
+    if check_float_tensor("rewards", rewards).dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be (prompts, group) with a group of at least 2, got "
+                         f"shape {tuple(rewards.shape)}")
+    check_finite_tensor("rewards", rewards)
+    return rewards - rewards.mean(1, keepdim=True)
+
+
 ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "group": group_advantages, "rloo": rloo_advantages}
+    "group": group_advantages, "rloo": rloo_advantages, "centred": centred_advantages}
 
 
 # -- the loss ----------------------------------------------------------------------------------
@@ -179,7 +197,7 @@ def _check_sequences(name: str, tokens: torch.Tensor, vocab_size: int,
 
 
 def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
-              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float | None = 0.2,
               beta: float = 0.04, level: str = "token") -> torch.Tensor:
     r"""The GRPO loss (to minimise) of a batch of sampled completions.
 
@@ -201,7 +219,8 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
         logp_ref: ``(B, N)`` the same under the frozen reference.
         advantages: ``(B,)`` one advantage per sequence.
         mask: ``(B, N)`` bool, True at response tokens (False after the end).
-        clip_eps, beta: :math:`\epsilon` and :math:`\beta`.
+        clip_eps, beta: :math:`\epsilon` and :math:`\beta`; ``clip_eps=None`` does not clip
+            (the objective is then :math:`\rho A`, an ablation).
 
     Returns:
         A 0-d tensor.
@@ -218,8 +237,8 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
         check_float_tensor(name, t)
     check_same_dtype(**named)
     check_bool_tensor("mask", mask, shape="(B, N)")
-    if not 0 <= check_finite("clip_eps", clip_eps) < 1:
-        raise ValueError(f"clip_eps must lie in [0, 1), got {clip_eps}")
+    if clip_eps is not None and not 0 <= check_finite("clip_eps", clip_eps) < 1:
+        raise ValueError(f"clip_eps must lie in [0, 1) (or be None: no clipping), got {clip_eps}")
     if check_finite("beta", beta) < 0:
         raise ValueError(f"beta must be at least 0 (a weight on a penalty), got {beta}")
     if not (logp.shape == logp_old.shape == logp_ref.shape == mask.shape and logp.dim() == 2
@@ -232,7 +251,8 @@ def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor
         raise ValueError(f"mask must be bool, got {mask.dtype}")
     ratio = (logp - logp_old).exp()
     a = advantages[:, None]
-    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
+    surrogate = (ratio * a if clip_eps is None else
+                 torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a))
     per_token = -surrogate + beta * k3_kl(logp, logp_ref)
     m = mask.to(per_token.dtype)
     if not bool(mask.any()):
@@ -265,6 +285,22 @@ def token_logprobs(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int) -> 
     logits = model(tokens[:, :-1])  # (B, T-1, V)
     logp = F.log_softmax(logits.float(), -1).gather(-1, tokens[:, 1:, None])[..., 0]
     return logp[:, prompt_length - 1:]
+
+
+@torch.no_grad()
+def response_entropy(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int,
+                     mask: torch.Tensor) -> float:
+    """The model's entropy (nats) of its next-token distribution, averaged over response tokens."""
+    _check_sequences("tokens", tokens, model.config.vocab_size, prompt_length)
+    check_bool_tensor("mask", mask, shape="(B, N)")
+    if mask.dtype != torch.bool or mask.shape != (tokens.shape[0], tokens.shape[1] - prompt_length):
+        raise ValueError(f"mask must be a bool (B, N) tensor with N = {tokens.shape[1]} - "
+                         f"{prompt_length} response positions, got {mask.dtype} "
+                         f"{tuple(mask.shape)}")
+    logp = F.log_softmax(model(tokens[:, :-1]).float(), -1)[:, prompt_length - 1:]  # (B, N, V)
+    entropy = -(logp.exp() * logp).sum(-1)
+    m = mask.to(entropy.dtype)
+    return float((entropy * m).sum() / m.sum().clamp(min=1))
 
 
 def prompts_of(problems: Sequence[tuple[int, list[int]]], device: torch.device | str = "cpu",
@@ -351,11 +387,11 @@ class GRPOConfig:
     group_size: int = 8  # G samples per prompt
     inner_steps: int = 2  # gradient steps on each batch of rollouts (the ratio leaves 1 after one)
     lr: float = 2e-4  # AdamW
-    clip_eps: float = 0.2
+    clip_eps: float | None = 0.2  # None: no clipping (an ablation)
     beta: float = 0.04  # weight of the k3 KL to the reference
     temperature: float = 1.0
     reward: str = "correct"  # a key of reasoning.REWARDS
-    advantage: str = "group"  # a key of ADVANTAGES
+    advantage: str = "group"  # a key of ADVANTAGES ("centred": Dr. GRPO's, no std)
     level: str = "token"  # grpo_loss's averaging
     seed: int = 0
 
@@ -372,7 +408,8 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
     Returns, per step: ``reward`` (the mean reward trained on), ``correct`` (the share of right
     answers among the rollouts, whatever the reward), ``format``, ``kl`` (k3 per response
     token), ``length`` (response tokens), ``clipped`` (the share of tokens whose ratio was
-    clipped, last inner step), ``zero_groups`` (groups with equal rewards) and ``seconds``.
+    clipped, last inner step), ``zero_groups`` (groups with equal rewards), ``entropy`` (the
+    policy's entropy per response token, in nats, before the step's update) and ``seconds``.
     """
     from tqdm import tqdm
 
@@ -384,7 +421,7 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     history: dict[str, list[float]] = {key: [] for key in (
-        "reward", "correct", "format", "kl", "length", "clipped", "zero_groups")}
+        "reward", "correct", "format", "kl", "length", "clipped", "zero_groups", "entropy")}
     start = time.perf_counter()
     for _ in tqdm(range(config.steps), disable=not progress, desc="GRPO"):
         problems = [reasoning.make_problem(rng, config.k) for _ in range(config.prompts_per_step)]
@@ -401,6 +438,7 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
         with torch.no_grad():
             logp_old = token_logprobs(policy, tokens, L)
             logp_ref = token_logprobs(reference, tokens, L)
+            history["entropy"].append(response_entropy(policy, tokens, L, mask))
         for _ in range(config.inner_steps):
             logp = token_logprobs(policy, tokens, L)
             loss = grpo_loss(logp, logp_old, logp_ref, advantages, mask, config.clip_eps,
@@ -412,7 +450,8 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
         with torch.no_grad():
             m = mask.float()
             ratio = (logp.detach() - logp_old).exp()
-            clipped = ((ratio - 1).abs() > config.clip_eps).float()
+            eps = math.inf if config.clip_eps is None else config.clip_eps
+            clipped = ((ratio - 1).abs() > eps).float()
             history["kl"].append(float((k3_kl(logp_old, logp_ref) * m).sum() / m.sum()))
             history["clipped"].append(float((clipped * m).sum() / m.sum()))
         history["reward"].append(float(rewards.mean()))

@@ -12,11 +12,18 @@ the correctness reward; for seed 0 also GRPO with the format-only reward. Before
 ``--samples`` answers to each of ``--problems`` held-out problems give pass@1 (with its standard
 error over problems) and pass@k; the curves of training and the samples' counts go to
 ``course_lib/data/reasoning_rl.json.xz``, and seed 0's starting policy (half precision) to
-``course_lib/data/reasoning_policy.pt.xz``, which the chapter samples from. Provenance, commands
-and cost: ``course_lib/data/REASONING.md``.
+``course_lib/data/reasoning_policy.pt.xz``, which the chapter samples from.
+
+``--part ablations`` (section 5's ablations): from the shipped starting policy, for each seed,
+``--ablation-steps`` steps of GRPO as it is and with one piece removed: the KL penalty
+(``beta=0``), the clipping (``clip_eps=None``) or the division by the group's standard deviation
+(``advantage="centred"``, Dr. GRPO's); pass@1 before and after on the held-out problems, and the
+policy's entropy and KL over training, go to ``course_lib/data/reasoning_ablations.json.xz``.
+Provenance, commands and cost: ``course_lib/data/REASONING.md``.
 
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part cot
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part rl
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part ablations
 """
 
 from __future__ import annotations
@@ -103,13 +110,38 @@ def part_rl(args: argparse.Namespace) -> dict:
     return out
 
 
+#: Section 5's ablations: each removes one piece of GRPO from rl.GRPOConfig's defaults.
+ABLATIONS = {"GRPO": {}, "no KL": {"beta": 0.0}, "no clipping": {"clip_eps": None},
+             "no std": {"advantage": "centred"}}
+
+
+def part_ablations(args: argparse.Namespace) -> dict:
+    grpo = replace(rl.GRPOConfig(), steps=args.ablation_steps, lr=args.lr)
+    problems = reasoning.held_out_problems(grpo.k, args.problems, 54321)
+    policy = reasoning.load_policy()
+    out: dict = {"grpo_config": asdict(grpo), "samples": args.samples,
+                 "problems": args.problems, "eval_seed": 54321, "ablations": ABLATIONS,
+                 "before": evaluate(policy, problems, args.samples, seed=1000), "runs": {}}
+    print("before", out["before"]["pass1"], flush=True)
+    for seed in args.seeds:
+        for name, change in ABLATIONS.items():
+            trained = copy.deepcopy(policy)
+            history = rl.train_grpo(trained, policy, replace(grpo, seed=seed, **change))
+            after = evaluate(trained, problems, args.samples, seed=2000 + seed)
+            print(name, seed, "after", after["pass1"], history["seconds"], flush=True)
+            out["runs"][f"{name}/{seed}"] = {"ablation": name, "seed": seed,
+                                             "history": history, "after": after}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("cot", "rl"), required=True)
+    parser.add_argument("--part", choices=("cot", "rl", "ablations"), required=True)
     parser.add_argument("--steps", type=int, default=3000, help="cot: optimiser steps")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--sft-steps", type=int, default=600)
     parser.add_argument("--rl-steps", type=int, default=120)
+    parser.add_argument("--ablation-steps", type=int, default=60)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--problems", type=int, default=200)
     parser.add_argument("--samples", type=int, default=32)
@@ -118,7 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    results = part_cot(args.steps, args.seeds[:1]) if args.part == "cot" else part_rl(args)
+    parts = {"cot": lambda: part_cot(args.steps, args.seeds[:1]), "rl": lambda: part_rl(args),
+             "ablations": lambda: part_ablations(args)}
+    results = parts[args.part]()
     results["command"] = ("nice -n 10 .venv/bin/python scripts/train_reasoning.py "
                           + " ".join(argv if argv is not None else sys.argv[1:]))
     results["torch"] = torch.__version__

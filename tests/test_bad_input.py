@@ -1136,7 +1136,7 @@ CASES: dict[str, Entry] = {
         (lambda name=name: (getattr(rl, name), {"rewards": torch.tensor([[1.0, 0.0, 1.0]] * 2)})),
         {"rewards": ("int", "0d", "missing_dim", "list", "nan", "inf",
                      Custom("a_group_of_one", lambda r: r[:, :1]))})
-       for name in ("group_advantages", "rloo_advantages")},
+       for name in ("group_advantages", "rloo_advantages", "centred_advantages")},
     "rl.k3_kl": Entry(
         lambda: (rl.k3_kl, {"logp": torch.tensor([-1.0, -2.0]),
                             "logp_ref": torch.tensor([-1.0, -1.0])}),
@@ -1169,6 +1169,14 @@ CASES: dict[str, Entry] = {
                                      "prompt_length": 2}),
         {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative"),
          "prompt_length": ("zero", "negative")}, vocab=V),
+    "rl.response_entropy": Entry(
+        lambda: (rl.response_entropy, {"model": _gpt(vocab_size=len(reasoning.VOCAB)),
+                                       "tokens": _ids(2, 5, vocab=len(reasoning.VOCAB)),
+                                       "prompt_length": 2,
+                                       "mask": torch.tensor([[True, True, False]] * 2)}),
+        {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative"),
+         "prompt_length": ("zero", "negative"),
+         "mask": ("not_bool", "missing_dim", "empty")}, vocab=len(reasoning.VOCAB)),
     "rl.rollouts": Entry(
         lambda: (rl.rollouts, {"model": _gpt(vocab_size=len(reasoning.VOCAB)),
                                "prompts": _ids(2, 3, vocab=len(reasoning.VOCAB)),

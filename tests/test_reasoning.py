@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import random
 from dataclasses import asdict
 
@@ -82,6 +83,15 @@ def test_the_shipped_files_were_made_with_the_modules_configurations() -> None:
         assert runs["grpo_config"][key] == grpo[key], key
     policy = reasoning.load_policy()
     assert policy.config.vocab_size == len(reasoning.VOCAB)
+    ablations = reasoning.load_results("ablations")
+    for key in ("k", "prompts_per_step", "group_size", "inner_steps", "clip_eps", "beta",
+                "temperature", "advantage"):
+        assert ablations["grpo_config"][key] == grpo[key], key
+    assert ablations["ablations"] == {"GRPO": {}, "no KL": {"beta": 0.0},
+                                      "no clipping": {"clip_eps": None},
+                                      "no std": {"advantage": "centred"}}
+    assert all(len(r["history"]["entropy"]) == ablations["grpo_config"]["steps"]
+               for r in ablations["runs"].values())
 
 
 @pytest.mark.parametrize("call, name", [
@@ -102,3 +112,24 @@ def test_bad_inputs_without_a_tensor_argument_are_refused(call, name: str) -> No
     refused with an error that names the argument, never a wrong number or a crash."""
     with pytest.raises((ValueError, TypeError), match=name):
         call()
+
+
+def test_the_ablations_run_and_remove_what_they_name() -> None:
+    """Section 5's ablations: no clipping is the plain ratio objective, Dr. GRPO's advantages
+    are the centred rewards, and a few steps of each run and record the policy's entropy."""
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(3, 4, generator=g)
+    logp, ref = old + torch.randn(3, 4, generator=g), old + 0.1
+    adv, mask = torch.tensor([1.0, -1.0, 0.5]), torch.ones(3, 4, dtype=torch.bool)
+    plain = (-(logp - old).exp() * adv[:, None] + 0.1 * rl.k3_kl(logp, ref)).mean()
+    assert rl.grpo_loss(logp, old, ref, adv, mask, clip_eps=None, beta=0.1).item() == \
+        pytest.approx(plain.item())
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(rl.centred_advantages(r),
+                               torch.tensor([[0.75, -0.25, -0.25, -0.25]]))
+    model = reasoning.build_model(reasoning.REASONING_CONFIG)
+    reference = copy.deepcopy(model)
+    for change in ({"clip_eps": None}, {"advantage": "centred"}, {"beta": 0.0}):
+        history = rl.train_grpo(copy.deepcopy(model), reference, rl.GRPOConfig(
+            steps=1, prompts_per_step=2, group_size=4, **change))
+        assert 0 < history["entropy"][0] <= math.log(len(reasoning.VOCAB)) + 1e-6
