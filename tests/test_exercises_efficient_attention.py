@@ -139,3 +139,15 @@ def test_the_performer_demo_features_are_the_exercise_reference() -> None:
     x, w = torch.zeros(1, 3), torch.randn(9, 3)
     torch.testing.assert_close(ex.reference(x, w), torch.full((1, 9), 1 / 3))
     assert F.relu is not None  # torch.nn.functional is the only other import the slips use
+
+
+def test_no_stub_or_visible_test_gives_a_derivation_away() -> None:
+    """Issue 30: the stub of positive_random_features does not print the feature map, and the
+    visible test of layers_to_connect does not say how far a layer moves information or why a
+    dilated window never connects."""
+    from tests.conftest import release_notebook, visible_tests
+    release = release_notebook(SLUG).read_text(encoding="utf-8")
+    assert "|x|^2" not in release and "exp(x @ w.T" not in release
+    layers = visible_tests(SLUG, "layers_to_connect")
+    for hint in ("per layer", "moves information", "positions apart", "odd", "hops"):
+        assert hint not in layers, hint

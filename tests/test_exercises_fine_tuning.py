@@ -126,3 +126,18 @@ def test_lora_forward_visible_test_checks_the_scale_at_rank_above_one() -> None:
     run_visible_tests("08-fine-tuning", "lora_forward", _lora_forward_rescaled_b)
     assert [r.message for r in grading.evaluate("fine_tuning.lora_forward",
                                                 _lora_forward_rescaled_b) if r.message] == []
+
+
+def test_no_cell_before_the_exercises_gives_their_answers_away() -> None:
+    """Issue 30: the optimum pi* is not written between exercise 7 and exercise 9 (exercise 9's
+    statement gives it, after exercise 7's test cell), and implicit_rewards' visible test does
+    not compute a reward in its comments."""
+    import nbformat
+
+    from tests.conftest import source_notebook, visible_tests
+    nb = nbformat.read(source_notebook("08-fine-tuning"), as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    start, end = ids.index("kl_frontier"), ids.index("implicit_rewards") - 1
+    between = "".join(c.source for c in nb.cells[start:end] if c.cell_type == "markdown")
+    assert "e^{r(x,y)/\\beta}" not in between and "Z(x)" not in between
+    assert "0.5 * 2" not in visible_tests("08-fine-tuning", "implicit_rewards")

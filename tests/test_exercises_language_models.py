@@ -231,3 +231,16 @@ def test_a_cached_step_through_course_libs_gpt_is_a_reference_call() -> None:
 
     results = grading.evaluate("language_models.cached_chunk_attention", cheat)
     assert any(r.reference_called for r in results)
+
+
+def test_the_copy_bound_is_not_printed_before_exercise_10() -> None:
+    """Issue 30: max_copy_length says "derive"; no markdown cell before its test cell, its stub
+    or its visible test states the bound or the counting argument (the prose after it does)."""
+    import nbformat
+
+    from tests.conftest import release_notebook
+    nb = nbformat.read(release_notebook("04-language-models"), as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    before = "".join(c.source for c in nb.cells[:ids.index("max_copy_length_test") + 1])
+    for giveaway in ("\\log_2 A", "2^S", "A^n", "A**n", "256 states"):
+        assert giveaway not in before, giveaway
