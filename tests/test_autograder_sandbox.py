@@ -556,3 +556,83 @@ def test_grade_warns_once_at_the_start_when_no_cgroup_can_be_made(
     assert "forked children can hold --memory-mb each" in warnings[0]
     assert "1 students in grades.csv" in out
     assert (tmp_path / "out" / "grades.csv").read_text().splitlines()[1].startswith("s1001,")
+
+
+# --- the fallback runner's environment (platform containers without namespaces) -------------
+
+def test_the_fallback_site_links_the_allowed_entries_only(tmp_path: Path) -> None:
+    from autograder.platform_common import sandbox_site
+
+    site = sandbox_site(tmp_path / "site")
+    names = {p.name for p in site.iterdir()}
+    assert names == set(environment.site_entries())
+    assert {"torch", "numpy", "IPython"} <= names and "transformers" not in names
+    assert all((site / n).is_symlink() for n in names)
+
+
+def test_a_platform_container_locks_every_package_the_allow_list_does_not_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a mount namespace, student code could append a package folder to sys.path: in
+    the platforms' throw-away containers the fallback runner makes every other entry root's."""
+    from autograder import platform_common
+
+    folder = tmp_path / "site-packages"
+    for name in ("torch", "transformers", "peft"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text("")
+        (folder / name).chmod(0o755)
+    monkeypatch.setattr(environment, "package_folders", lambda: [str(folder)])
+    monkeypatch.setattr(environment, "site_entries", lambda: {"torch": folder / "torch"})
+    locked = platform_common.lock_other_packages()
+    assert sorted(Path(p).name for p in locked) == ["peft", "transformers"]
+    assert stat.S_IMODE((folder / "transformers").stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "torch").stat().st_mode) == 0o755
+
+
+@slow
+def test_the_fallback_runner_imports_the_allow_list_alone(slot: int) -> None:
+    """The fallback runner (no namespaces) runs the base interpreter with -S on the course folder
+    and the allowed entries: the development environment's other packages are not on its path."""
+    import shutil
+    import tempfile
+
+    from autograder.platform_common import HostSandbox, sandbox_site
+
+    # the sandbox's uid must pass through every parent folder (pytest's tmp_path is root's alone)
+    tmp_path = Path(tempfile.mkdtemp(prefix="fallback-env-"))
+    tmp_path.chmod(0o711)
+    course_dir = tmp_path / "course"
+    build_sandbox_course_lib(course_dir, [])
+    scratch = tmp_path / "homes"
+    scratch.mkdir()
+    scratch.chmod(0o711)
+    runner = tmp_path / "runner.py"
+    runner.write_text(sandbox_runner_source())
+    runner.chmod(0o644)
+    site = sandbox_site(tmp_path / "site")
+    box = HostSandbox(course_dir, slot, Limits(cell_timeout=60), scratch=scratch, runner=runner,
+                      site=site)
+    box.start()
+    code = ("import importlib, json, sys\nout = {}\n"
+            "for name in ['torch', 'numpy', 'IPython', 'transformers', 'scipy', 'peft']:\n"
+            "    try:\n        importlib.import_module(name)\n        out[name] = 'ok'\n"
+            "    except ImportError as err:\n        out[name] = str(err)\n"
+            "out['site'] = [p for p in sys.path if 'site-packages' in p]\n"
+            "print(json.dumps(out))")
+    try:
+        reply = box.run("cell", code, 60)
+    finally:
+        box.kill()
+        shutil.rmtree(tmp_path, ignore_errors=True)
+    assert reply["ok"], reply
+    facts = json.loads(reply["output"].strip().splitlines()[-1])
+    assert facts.pop("site") == []
+    assert facts == {"torch": "ok", "numpy": "ok", "IPython": "ok",
+                     "transformers": "No module named 'transformers'",
+                     "scipy": "No module named 'scipy'", "peft": "No module named 'peft'"}
+
+
+def sandbox_runner_source() -> str:
+    from autograder.run.sandbox import RUNNER
+
+    return RUNNER.read_text()
