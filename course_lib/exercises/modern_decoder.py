@@ -51,6 +51,8 @@ def _rotary_cases() -> list[Case]:
                                                             500000.0)),
         Case("float32, one pair of features (d = 2)", draw(4, (3, 9, 2), f32, (0, 5), 100.0)),
         Case("float64, far positions", draw(5, (1, 2, 4, 8), f64, (1000, 5000), 10000.0)),
+        Case("float32, far positions: angles computed in float64", draw(6, (2, 2, 4, 8), f32,
+                                                                         (20000, 60000), 10000.0)),
     ]
 
 
@@ -64,6 +66,8 @@ def _rotary_slip(kind: str) -> Callable[..., torch.Tensor]:
             angle = -angle
         if kind == "from_zero":
             angle = torch.arange(x.shape[-2], dtype=torch.float64)[:, None] * w
+        if kind == "float32":
+            angle = positions.float()[:, None] * w.float()
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         if kind == "half":
             a, b = x[..., : d // 2], x[..., d // 2:]
@@ -83,6 +87,8 @@ _ROTARY_SLIPS = (
          _rotary_slip("direction")),
     Slip("rotate row t by its position positions[t], not by t (a cache offsets the positions)",
          _rotary_slip("from_zero")),
+    Slip("compute the angles in float64: at positions in the tens of thousands a float32 angle "
+         "is off by about a thousandth of a radian", _rotary_slip("float32")),
 )
 
 
