@@ -85,10 +85,11 @@ def _lora_probe_inputs() -> dict[str, Any]:
 
 #: The memory rule as the hardened grader enforces it: an 8192 x 8192 layer in float32, whose
 #: B A (out x in) takes 256 MiB, under a limit of 96 MiB beyond the inputs; every way of applying
-#: A and then B needs well under 1 MiB here.
+#: A and then B needs well under 1 MiB here. Sums of 8,192 float32 products in another order
+#: differ by a few 1e-5: the tolerance is 1e-3.
 _LORA_PROBE = MemoryProbe("float32, an 8192 x 8192 layer of rank 8, under a memory limit",
                           _lora_probe_inputs, budget_bytes=96 << 20,
-                          forbidden_bytes=8192 * 8192 * 4)
+                          forbidden_bytes=8192 * 8192 * 4, rtol=1e-3, atol=1e-3)
 
 
 def _lora_alpha_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
