@@ -114,7 +114,7 @@ NOTEBOOK_EXERCISES = {
 #: Each chapter's questions (a letter to choose; tests/test_questions.py grades them).
 QUESTIONS = {
     "01-seq2seq": ["state_collision", "beam_vs_greedy", "uniform_attention"],
-    "02-self-attention": ["kv_cache_cost", "pe_similarity", "predict_one_pair"],
+    "02-self-attention": ["pe_similarity", "predict_one_pair"],
     "03-transformer": ["ffn_share", "no_causal_mask"],
     "04-language-models": ["length_normalisation"],
     "05-scaling-laws": [],

@@ -3,7 +3,7 @@
 Every exercise over tensors is solvable with torch alone; calling course_lib's implementation of
 *any* exercise of this chapter fails it (``torch.nn.functional.scaled_dot_product_attention`` is
 torch and allowed). Weights follow ``nn.Linear``'s convention: shaped ``(out, in)``, applied as
-``x @ w.T``. The questions (``kv_cache_cost``, ``pe_similarity``, ``predict_one_pair``) are
+``x @ w.T``. The questions (``pe_similarity``, ``predict_one_pair``) are
 functions that return a letter; their slips explain each wrong letter without naming the right
 one. Cases are seeded and built on the CPU with torch and ``_common`` only.
 """
@@ -318,12 +318,49 @@ _STEP_SLIPS = (
 )
 
 
-# 4. kv_cache_cost (question) ------------------------------------------------------------------
-_KV_CACHE_COST = Question(
-    id="self_attention.kv_cache_cost", choices="abcd",
-    hint=("count step by step: how many scores does step t compute with the cache (its one "
-          "query against every cached key), and how many without (the whole t x t matrix)? "
-          "Sum each count over t = 1..T"))
+# 4. kv_cache_cost ------------------------------------------------------------------------------
+def kv_cache_cost(T: int) -> tuple[int, int]:
+    """Reference: the query-key scores of ``T`` decoding steps, ``(with the cache, without)``.
+
+    Step ``t`` scores its one query against ``t`` keys with the cache, and the whole ``t x t``
+    matrix without: the sums of ``t`` and of ``t^2`` over ``t = 1 .. T``.
+    """
+    return T * (T + 1) // 2, T * (T + 1) * (2 * T + 1) // 6
+
+
+def _cost_cases() -> list[Case]:
+    def steps(seed: int, low: int, high: int) -> Inputs:
+        return lambda: {"T": pick(seed, low, high)}
+
+    return [
+        Case("one step", lambda: {"T": 1}),
+        Case("a few steps", steps(600, 2, 12)),
+        Case("a sentence", steps(610, 13, 200)),
+        Case("a long context", steps(620, 1_000, 100_000)),
+        Case("a context too long for float64 to count exactly", steps(630, 10 ** 7, 10 ** 8)),
+    ]
+
+
+def _cost_slip(kind: str) -> Callable[..., tuple[int, int]]:
+    def count(T: int) -> tuple[int, int]:
+        with_cache = {"one_per_step": T, "not_itself": T * (T - 1) // 2}.get(kind, T * (T + 1) // 2)
+        without = (T * (T + 1) * (T + 2) // 6 if kind == "triangle"
+                   else T * (T + 1) * (2 * T + 1) // 6)
+        if kind == "leading":
+            return round(T ** 2 / 2), round(T ** 3 / 3)
+        return with_cache, without
+    return count
+
+
+_COST_SLIPS = (
+    Slip("with the cache, step t still scores its query against every cached key, not one",
+         _cost_slip("one_per_step")),
+    Slip("with the cache, the new token's query is scored against its own key too: step t has "
+         "t keys", _cost_slip("not_itself")),
+    Slip("without the cache the statement counts the whole t x t matrix of step t, masked "
+         "entries included", _cost_slip("triangle")),
+    Slip("the counts are exact integers, not their leading terms", _cost_slip("leading")),
+)
 
 
 # 5. multi_head_attention ----------------------------------------------------------------------
@@ -566,7 +603,8 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
              diagnose=_pair_diagnose),
     Exercise(id="self_attention.cached_attention_step", reference=attention.cached_attention_step,
              cases=_step_cases, slips=_STEP_SLIPS),
-    _KV_CACHE_COST,
+    Exercise(id="self_attention.kv_cache_cost", reference=kv_cache_cost, cases=_cost_cases,
+             slips=_COST_SLIPS),
     Exercise(id="self_attention.multi_head_attention", reference=multi_head_attention,
              cases=_mha_cases, slips=_MHA_SLIPS, diagnose=_pair_diagnose,
              forbidden=(multihead.multi_head_attention, multihead.MultiHeadAttention,
