@@ -201,3 +201,12 @@ def test_nn_multihead_attention_is_allowed_but_does_not_fit_every_shape() -> Non
     assert any(r.message is None for r in results)          # allowed: not a reference call
     assert any(r.message is not None for r in results)      # a non-square query projection
     assert not any(r.reference_called for r in results)
+
+
+def test_a_count_computed_in_float64_fails_the_long_context() -> None:
+    def in_floats(T):
+        return int(T * (T + 1) / 2), int(T * (T + 1) * (2 * T + 1) / 6)
+
+    message = _failures("kv_cache_cost", in_floats)
+    assert "a context too long for float64 to count exactly" in message
+    assert "(a long context)" not in message  # float64 still counts T <= 10^5 exactly
