@@ -52,8 +52,8 @@ def safe_name(student_id: str) -> str:
 #: say (``autograder/run/engine_nbgrader.py``): its grades can be earned by the graded notebook.
 NOT_TAMPER_PROOF = (
     "Grades of the stock nbgrader engine (--engine nbgrader) are NOT tamper-proof: student code "
-    "runs in the kernel that judges it, so a notebook can replace the tests (grading.check) or "
-    "switch the reference guard off and earn points it did not earn. Use this engine as a "
+    "runs in the kernel that judges it, so a notebook can replace the tests or switch the "
+    "reference guard off and earn points it did not earn. Use this engine as a "
     "baseline or a cross-check only, never for grades; grade with the hardened engine (the "
     "default, --engine hardened), which judges outside the student's process.")
 

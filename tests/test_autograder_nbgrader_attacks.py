@@ -43,7 +43,12 @@ from tests.adversarial import memorised
 from tests.adversarial.chapters import released_copy
 from tests.adversarial.generate import load
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nbgrader-attacks")]
+
+def _slow(test):
+    """The tests of the grading run (one stock-nbgrader run of chapter 1, minutes); the others
+    are fast."""
+    return pytest.mark.slow(pytest.mark.xdist_group("nbgrader-attacks")(test))
+
 
 #: The secret the student chose and built the table with, offline.
 GUESS = "the-students-own-secret"
@@ -154,10 +159,12 @@ def _with_reference(spec) -> dict[str, float]:
             if grading.get_exercise(ex.exercise_id).cases is not grading.answer_case}
 
 
+@_slow
 def test_the_blank_release_earns_nothing(graded) -> None:
     assert set(graded["points"]["blank"].values()) == {0.0}
 
 
+@_slow
 def test_a_preset_secret_in_the_environment_earns_nothing(graded) -> None:
     """The table was built offline under the secret the notebook presets in os.environ: the
     kernel's secret is not read from there, so every hidden case misses the table."""
@@ -171,23 +178,27 @@ def test_a_preset_secret_in_the_environment_earns_nothing(graded) -> None:
     assert {eid for eid, p in control.items() if p > 0} == memorisable
 
 
+@_slow
 def test_a_replaced_check_earns_full_marks_under_the_stock_engine(graded) -> None:
     """Documented, not defended: the judging kernel runs the student's cell first."""
     full = {ex.exercise_id: ex.points for ex in graded["spec"].exercises}
     assert graded["points"]["patched-check"] == full
 
 
+@_slow
 def test_the_guard_switched_off_earns_the_references_points_under_the_stock_engine(graded):
     """Documented, not defended: sys.setprofile(None) removes the guard in the judging kernel."""
     got = graded["points"]["guard-off"]
     assert got == {eid: _with_reference(graded["spec"]).get(eid, 0.0) for eid in got}
 
 
+@_slow
 def test_the_command_says_its_grades_are_not_tamper_proof(graded) -> None:
     proc, out = graded["proc"], graded["out"]
     assert f"warning: {NOT_TAMPER_PROOF}" in proc.stderr  # when grading starts
     assert f"warning: {NOT_TAMPER_PROOF}" in proc.stdout  # the closing summary
     assert "NOT tamper-proof" in NOT_TAMPER_PROOF and "--engine hardened" in NOT_TAMPER_PROOF
+    assert "grading.check" not in NOT_TAMPER_PROOF  # feedback pages never name the hidden call
     pages = [out / "summary.html", *sorted((out / "feedback").glob("*.html"))]
     assert len(pages) == 1 + len(graded["students"])
     for page in pages:
@@ -212,3 +223,23 @@ def test_the_secret_is_not_read_from_the_environment(monkeypatch: pytest.MonkeyP
     assert _common.mix(7) == before
     with _common.using_secret(GUESS):
         assert _common.mix(7) != before
+
+
+def test_the_pages_carry_the_statement_for_the_stock_engine_only(tmp_path) -> None:
+    """Fast: summary.html and our feedback page (a file stock nbgrader could not grade) say it
+    for the stock engine, not for the hardened one; nbgrader's own page gets the banner."""
+    from autograder.chapter_spec import ChapterSpec, ExerciseSpec
+    from autograder.report.feedback import render_feedback
+    from autograder.report.summary import write_summary
+    from autograder.results import GradeResult
+    from autograder.run.engine_nbgrader import add_banner
+
+    ex = ExerciseSpec("toy.f", "f", "f", "f", "f_test", None, None, 1.0, "", "")
+    spec = ChapterSpec("00-toy", "toy", [], [ex])
+    for engine, shown in (("nbgrader", True), ("hardened", False)):
+        r = GradeResult.new("s<1>", "s1.ipynb", "ab", "cd", engine, 1.0).finish({"toy.f": 1.0})
+        write_summary(tmp_path / "summary.html", spec, [r], [])
+        for text in ((tmp_path / "summary.html").read_text(), render_feedback(spec, r)):
+            assert ("are NOT tamper-proof" in text) == shown, engine
+    page = add_banner('<html><head></head><body class="x"><h1>s1</h1></body></html>')
+    assert page.index("NOT tamper-proof") < page.index("<h1>") and page.count("<body") == 1
