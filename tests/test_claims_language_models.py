@@ -132,8 +132,8 @@ def test_the_transformer_copies_and_the_gru_does_not(built_book: Path) -> None:
 
 def test_the_experiment_is_far_from_the_bound(built_book: Path) -> None:
     """Section 5: "The GRU's state is 100 float32 numbers, S = 3,200 bits: by exercise 10 (...)
-    it could hold strings of N symbols, far longer than any tested here" and "in S training steps the GRU has learned
-    to store only a few symbols"."""
+    it could hold strings of N symbols, far longer than any tested here" and "in S training
+    steps the GRU has learned to store only a few symbols"."""
     assert value("ch4_copy_gru_bound") == 800
     assert value("ch4_copy_gru_bound") > 10 * value("ch4_copy_max_length")
     assert value("ch4_copy_steps") == 300
