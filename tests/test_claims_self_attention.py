@@ -52,7 +52,8 @@ def test_padded_queries_give_zeros_and_finite_gradients(built_book) -> None:
 
 
 def test_the_cache_reproduces_causal_attention(built_book) -> None:
-    # "reproduces causal attention over the whole sequence to X (float64 rounding)"
+    # "reproduces causal attention over the whole sequence to float64 rounding: the largest
+    # difference, printed by the cell above, is below 10^-12"
     assert value("ch2_cache_error") < 1e-12
 
 
