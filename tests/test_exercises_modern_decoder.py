@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_lib import llama
+from course_lib import grading, llama
 from course_lib.exercises import modern_decoder as ex7
 from course_lib.exercises._common import using_secret
 from tests.questions import answer
@@ -121,6 +121,42 @@ def test_design_verdicts_accept_the_reference_and_name_what_a_design_breaks() ->
     v = ex7.design_verdicts(llama3, [3, None])
     assert not v[ex7._DESIGN_KEYS[1]]
     assert not ex7.design_verdicts(llama3, None)["None exactly when no design fits"]
+
+
+def _design_with_reach(reaches):  # the reference's search with another reach rule
+    def design(budget_bytes, context, n_layers, n_heads, head_dim, batch_size, bytes_per_value):
+        per = 2 * n_layers * head_dim * batch_size * bytes_per_value
+        heads = [g for g in range(n_heads, 0, -1) if n_heads % g == 0]
+        for g in heads:
+            if per * g * context <= budget_bytes:
+                return g, None
+        for g in heads:
+            w = min(budget_bytes // (per * g), context - 1)
+            if w >= 1 and reaches(n_layers, w, context):
+                return g, w
+        return None
+    return design
+
+
+@pytest.mark.parametrize("secret", ["a", "b", "c"])
+@pytest.mark.parametrize("name, reaches", [
+    ("L W >= n (Mistral's convention)", lambda L, w, n: L * w >= n),
+    ("L W >= n - 1", lambda L, w, n: L * w >= n - 1),
+    ("L W > n", lambda L, w, n: L * w > n),
+    ("L (W - 1) >= n", lambda L, w, n: L * (w - 1) >= n),
+    ("L (W - 1) >= n - 2", lambda L, w, n: L * (w - 1) >= n - 2),
+    ("L (W - 2) >= n - 1", lambda L, w, n: L * (w - 2) >= n - 1),
+    ("L (W - 2) >= n", lambda L, w, n: L * (w - 2) >= n),
+    ("L (W + 1) >= n", lambda L, w, n: L * (w + 1) >= n),
+])
+def test_every_off_by_one_reach_rule_fails_a_hidden_design_case(secret, name, reaches) -> None:
+    """The boundary cases put the answer at the shortest reaching window, or one below it."""
+    with using_secret(secret):
+        assert all(r.message is None for r in
+                   grading.evaluate("modern_decoder.kv_cache_design",
+                                    _design_with_reach(lambda L, w, n: L * (w - 1) >= n - 1)))
+        results = grading.evaluate("modern_decoder.kv_cache_design", _design_with_reach(reaches))
+    assert any(r.message for r in results), name
 
 
 def test_the_given_router_has_the_gates_right_and_the_loss_wrong() -> None:

@@ -280,9 +280,10 @@ def design_verdicts(inputs: Mapping[str, Any], design: Any) -> dict[str, bool]:
     """
     best = llama.kv_cache_design(**inputs)
     verdict = dict.fromkeys(_DESIGN_KEYS, True)
-    if design is None or best is None:
-        verdict[_DESIGN_KEYS[0]] = design is None and best is None
+    if design is None:
+        verdict[_DESIGN_KEYS[0]] = best is None
         return verdict
+    verdict[_DESIGN_KEYS[0]] = best is not None
     n, layers = inputs["context"], inputs["n_layers"]
     ok = isinstance(design, list) and len(design) == 2
     g = _as_int(design[0]) if ok else None
@@ -291,29 +292,43 @@ def design_verdicts(inputs: Mapping[str, Any], design: Any) -> dict[str, bool]:
     ok = (ok and g is not None and 1 <= g <= inputs["n_heads"] and inputs["n_heads"] % g == 0
           and (design[1] is None or (w is not None and 1 <= w < n)))
     if not ok or g is None:
-        return dict.fromkeys(_DESIGN_KEYS[1:], False) | {_DESIGN_KEYS[0]: True}
+        return dict.fromkeys(_DESIGN_KEYS, False) | {_DESIGN_KEYS[0]: best is not None}
     per_head = (2 * layers * inputs["head_dim"] * inputs["batch_size"]
                 * inputs["bytes_per_value"])
-    best_g, best_w = best
     verdict[_DESIGN_KEYS[2]] = per_head * g * (n if w is None else w) <= inputs["budget_bytes"]
     verdict[_DESIGN_KEYS[3]] = w is None or layers * (w - 1) >= n - 1
+    if best is None:  # a design where none fits: the rules it breaks, no order of preference
+        return verdict
+    best_g, best_w = best
     verdict[_DESIGN_KEYS[4]] = (w is None) == (best_w is None)
     verdict[_DESIGN_KEYS[5]] = g >= best_g if verdict[_DESIGN_KEYS[4]] else True
     verdict[_DESIGN_KEYS[6]] = (w is None or best_w is None or g != best_g or w >= best_w)
     return verdict
 
 
+def _reach_threshold(convention: str, context: int, layers: int) -> int:
+    """The least window that a reach convention accepts (``correct``: L (W - 1) >= n - 1)."""
+    span, extra = {"correct": (context - 1, 1), "mistral": (context, 0),
+                   "window_back": (context - 1, 0), "two_short": (context - 1, 2),
+                   "past_end": (context, 1), "one_short": (context - 2, 1)}[convention]
+    return extra + -(-span // layers)
+
+
 def _design_cases() -> list[Case]:
+    def shape(seed: int) -> tuple[int, int, int, int, int, int]:
+        layers = pick(seed, 8, 40)
+        heads = [8, 12, 16, 32][pick(seed + 1, 0, 3)]
+        head_dim = [64, 128][pick(seed + 2, 0, 1)]
+        batch, b = pick(seed + 4, 1, 4), [1, 2][pick(seed + 5, 0, 1)]
+        per_head = 2 * layers * head_dim * batch * b  # bytes per position and kv head
+        return layers, heads, head_dim, batch, b, per_head
+
     def draw(seed: int, regime: str) -> Inputs:
         def inputs() -> dict[str, Any]:
-            layers = pick(seed, 8, 40)
-            heads = [8, 12, 16, 32][pick(seed + 1, 0, 3)]
-            head_dim = [64, 128][pick(seed + 2, 0, 1)]
+            layers, heads, head_dim, batch, b, per_head = shape(seed)
             context = 2 ** pick(seed + 3, 10, 15)
-            batch, b = pick(seed + 4, 1, 4), [1, 2][pick(seed + 5, 0, 1)]
-            per_head = 2 * layers * head_dim * batch * b  # bytes per position and kv head
             divisors = [g for g in range(1, heads + 1) if heads % g == 0]
-            shortest = 1 + -(-(context - 1) // layers)
+            shortest = _reach_threshold("correct", context, layers)
             if regime == "full_all":
                 budget = per_head * heads * context + pick(seed + 6, 0, per_head * context)
             elif regime == "full_some":
@@ -328,8 +343,25 @@ def _design_cases() -> list[Case]:
                 w = pick(seed + 7, shortest, context - 1)
                 budget = min(per_head * g * w + pick(seed + 8, 0, per_head * g - 1),
                              per_head * context - 1)
-            else:  # nothing fits
-                budget = pick(seed + 6, 1, per_head * shortest - 1)
+            else:  # nothing fits, far from the boundary: at most half the shortest window
+                budget = pick(seed + 6, 1, per_head * (shortest // 2 - 1))
+            return {"budget_bytes": budget, "context": context, "n_layers": layers,
+                    "n_heads": heads, "head_dim": head_dim, "batch_size": batch,
+                    "bytes_per_value": b}
+        return inputs
+
+    def boundary(seed: int, rest: tuple[int, int], short: bool) -> Inputs:
+        """The budget at the reach's boundary: the context is ``L m + r`` (r drawn from
+        ``rest``), and at some g the budget holds exactly the shortest reaching window
+        (``short``: one position less)."""
+        def inputs() -> dict[str, Any]:
+            layers, heads, head_dim, batch, b, per_head = shape(seed)
+            r = pick(seed + 3, *(min(rest[0], layers), min(rest[1], layers)))
+            context = layers * pick(seed + 6, 1024 // layers, 32768 // layers) + r
+            w = _reach_threshold("correct", context, layers) - (1 if short else 0)
+            fit = [g for g in range(1, heads + 1) if heads % g == 0 and g * (w + 1) < context]
+            g = fit[pick(seed + 7, 0, min(2, len(fit) - 1))]
+            budget = per_head * g * w + pick(seed + 8, 0, per_head * g - 1)
             return {"budget_bytes": budget, "context": context, "n_layers": layers,
                     "n_heads": heads, "head_dim": head_dim, "batch_size": batch,
                     "bytes_per_value": b}
@@ -345,6 +377,16 @@ def _design_cases() -> list[Case]:
         Case("only a sliding window fits, another configuration", draw(50, "window")),
         Case("only a sliding window fits, a third configuration", draw(60, "window")),
         Case("nothing fits", draw(70, "none")),
+        Case("the budget holds the shortest window that reaches, and no more",
+             boundary(80, (1, 1), short=False)),
+        Case("the budget holds the shortest window that reaches, another context",
+             boundary(90, (2, 10 ** 6), short=False)),
+        Case("the budget holds one position less than the shortest window that reaches",
+             boundary(100, (1, 1), short=True)),
+        Case("one position less than the shortest window that reaches, another context",
+             boundary(110, (2, 2), short=True)),
+        Case("one position less than the shortest window that reaches, a third context",
+             boundary(120, (3, 10 ** 6), short=True)),
     ]
 
 
@@ -353,8 +395,9 @@ def _design_slip(kind: str) -> Callable[..., tuple[int, int | None] | None]:
                batch_size: int, bytes_per_value: int) -> tuple[int, int | None] | None:
         per = (1 if kind == "one_tensor" else 2) * n_layers * head_dim * batch_size * \
             bytes_per_value
-        reach = n_layers * (context - 1) if kind == "no_reach" else context - 1
-        shortest = 1 + -(-reach // n_layers)
+        convention = kind if kind in ("mistral", "window_back", "two_short", "past_end",
+                                      "one_short") else "correct"
+        shortest = _reach_threshold(convention, context, n_layers)
         divisors = sorted((g for g in range(1, n_heads + 1) if n_heads % g == 0),
                           reverse=True)
         if kind == "window_first":
@@ -379,12 +422,24 @@ def _design_slip(kind: str) -> Callable[..., tuple[int, int | None] | None]:
 _DESIGN_SLIPS = (
     Slip("the cache holds a key and a value per position, head and layer: two tensors",
          _design_slip("one_tensor")),
-    Slip("a window must still let every token of the context reach the last position through "
-         "the layers", _design_slip("no_reach")),
     Slip("at the most key/value heads, take the longest window the budget allows, not the "
          "shortest that reaches", _design_slip("shortest")),
     Slip("full attention comes first, whenever any number of key/value heads fits it; only "
          "then trade it for a window", _design_slip("window_first")),
+    Slip("your reach rule asks for one position too many: rule 2 is about the tokens of the "
+         "context, and the first of them is not `context` positions before the last",
+         _design_slip("past_end")),
+    Slip("your reach rule asks for a longer window than needed: a query sees itself and the "
+         "W - 1 positions before it, so count how far back one layer reaches once more",
+         _design_slip("two_short")),
+    Slip("your reach rule lets the first token of the context miss the last position: count "
+         "how far before the last position it lies", _design_slip("one_short")),
+    Slip("that is the Mistral paper's convention (a window of positions i - W to i); here a "
+         "query sees itself and only the W - 1 positions before it", _design_slip("mistral")),
+    Slip("one layer's window reaches back W - 1 positions, not W: the query's own position "
+         "is one of the W", _design_slip("window_back")),
+    Slip("a window must still let every token of the context reach the last position through "
+         "the layers", _design_slip("no_reach")),
 )
 
 
