@@ -171,21 +171,25 @@ def test_committed_colab_fixtures_match_their_generator() -> None:
         assert transformed == (colab / name).read_bytes()
 
 
-def test_sandbox_mounts_tmp_before_binding_a_virtualenv_that_lives_under_tmp(
+def test_sandbox_mounts_tmp_before_binding_an_interpreter_that_lives_under_tmp(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A CI checkout under /tmp: its virtualenv must be bound on top of the sandbox's fresh /tmp,
-    not hidden by it (the kernel then fails to start with status 127)."""
+    """A CI machine whose Python installation lives under /tmp: it must be bound on top of the
+    sandbox's fresh /tmp, not hidden by it (the kernel then fails to start with status 127); the
+    virtualenv is not bound at all (the sandbox's packages are the allow-list's, at /opt/site)."""
     import sys
 
     from autograder.run import sandbox
 
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sys, "base_prefix", "/tmp/ci-python")
     monkeypatch.setattr(sys, "prefix", "/tmp/ci-checkout/.venv")
     args = sandbox.bwrap_command(tmp_path, 0, sandbox.Limits(), 3, 4)
     tmpfs = args.index("--tmpfs")
     assert args[tmpfs + 1] == "/tmp"
-    binds = [i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 2] == sys.prefix]
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 2] == sys.base_prefix]
     assert binds and binds[0] > tmpfs
+    assert not any(a.startswith(sys.prefix) for a in args)
+    assert any(a.startswith("/opt/site/torch") for a in args)
 
 
 def test_judge_computes_a_reference_without_deadlock_from_several_threads() -> None:
