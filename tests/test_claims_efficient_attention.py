@@ -175,14 +175,14 @@ def test_entmax_trained_with_a_learnable_alpha(built_book: Path) -> None:
 
 def test_importance_tells_the_heads_that_matter(built_book: Path) -> None:
     """Section 7: keeping the 4 most important heads costs less than keeping the 4 least
-    important; no head at all costs the most; "every difference here is a few hundredths of a
-    nat" (one run: worded as an illustration)."""
+    important; no head at all costs the most; "every difference here is below a tenth of a nat"
+    (one run: worded as an illustration)."""
     full, half = value("ch6_prune_loss_all"), value("ch6_prune_loss_half")  # 2.568, 2.585
     reverse, none = value("ch6_prune_loss_half_reverse"), value("ch6_prune_loss_none")
     assert half < reverse  # 2.585 < 2.614
     assert full <= half + 0.01
     assert none > max(full, half)  # 2.64
-    assert none - full < 0.1 and reverse - half < 0.1  # a few hundredths of a nat
+    assert none - full < 0.1 and reverse - half < 0.1  # 0.056 and 0.027: below a tenth
 
 
 def test_the_summary_table(built_book: Path) -> None:
