@@ -210,3 +210,12 @@ def test_a_count_computed_in_float64_fails_the_long_context() -> None:
     message = _failures("kv_cache_cost", in_floats)
     assert "a context too long for float64 to count exactly" in message
     assert "(a long context)" not in message  # float64 still counts T <= 10^5 exactly
+
+
+def test_the_longest_context_is_beyond_any_loop_over_the_steps() -> None:
+    # "a loop over the steps cannot finish within the grader's 60 seconds per cell": even at
+    # 10^8 steps a second a loop needs 10^6 s for T = 10^14; the closed forms take microseconds.
+    cases = ex2.EXERCISES["self_attention.kv_cache_cost"].cases()
+    longest = max(case.inputs()["T"] for case in cases)
+    assert 10 ** 14 <= longest <= 10 ** 15
+    assert ex2.kv_cache_cost(longest)[1] > 2 ** 64  # exact Python ints, beyond int64

@@ -322,8 +322,7 @@ _STEP_SLIPS = (
 def kv_cache_cost(T: int) -> tuple[int, int]:
     """Reference: the query-key scores of ``T`` decoding steps, ``(with the cache, without)``.
 
-    Step ``t`` scores its one query against ``t`` keys with the cache, and the whole ``t x t``
-    matrix without: the sums of ``t`` and of ``t^2`` over ``t = 1 .. T``.
+    Exact integers for any ``T >= 1`` (the hidden cases go up to about ``10^15``).
     """
     return T * (T + 1) // 2, T * (T + 1) * (2 * T + 1) // 6
 
@@ -338,6 +337,9 @@ def _cost_cases() -> list[Case]:
         Case("a sentence", steps(610, 13, 200)),
         Case("a long context", steps(620, 1_000, 100_000)),
         Case("a context too long for float64 to count exactly", steps(630, 10 ** 7, 10 ** 8)),
+        # a loop over the steps cannot finish within the grader's 60 s per cell: a closed form
+        Case("a context no loop over the steps can count in time",
+             steps(640, 10 ** 14, 10 ** 15)),
     ]
 
 
