@@ -33,6 +33,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -93,6 +95,41 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = 0) 
                          f"and {tuple(targets.shape)}")
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                            ignore_index=pad_id)  # (B*T, V) against (B*T,)
+
+
+def collision_loss_bound(targets: Sequence[str]) -> float:
+    r"""The lowest total cross-entropy a decoder that reads only :math:`c` reaches on sources that
+    share one :math:`c`: :math:`m\,H` nats, the entropy of the targets' empirical distribution.
+
+    Every source of the group gives the decoder the same :math:`c`, so the decoder defines one
+    distribution :math:`p` over whole output sequences for all of them (the autoregressive
+    factorisation can represent any such :math:`p`; teacher forcing only decides what it is
+    trained on). The summed loss of the :math:`m` pairs is :math:`-\sum_i \log p(y_i)`; with
+    :math:`n_j` copies of the distinct target :math:`j`, it is lowest at
+    :math:`p(j) = n_j / m`:
+
+    .. math:: \min_p -\sum_i \log p(y_i) = -\sum_j n_j \log \frac{n_j}{m}.
+
+    It depends on how many targets are equal, not on their lengths or on where they differ
+    (``<eos>`` ends each, so a target that is a prefix of another is a different sequence).
+
+    Args:
+        targets: the ``m >= 1`` target strings of the sources that share :math:`c`.
+
+    Returns:
+        The bound in nats (0 when every target is the same).
+
+    Example:
+        >>> round(collision_loss_bound(["2021-03-02", "2012-03-02"]), 4)  # 2 ln 2
+        1.3863
+    """
+    if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets:
+        raise ValueError("targets must be a non-empty list of target strings")
+    if not all(isinstance(t, str) for t in targets):
+        raise TypeError("targets must hold strings")
+    m = len(targets)
+    counts = Counter(targets).values()
+    return float(sum(n * math.log(m / n) for n in counts))
 
 
 class Encoder(nn.Module):

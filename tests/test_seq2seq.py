@@ -155,3 +155,33 @@ def test_a_zero_score_vector_makes_attention_uniform_over_real_tokens() -> None:
     lengths = b.src_mask.sum(-1, keepdim=True)  # (B, 1)
     expected = (b.src_mask / lengths)[:, None, :].expand_as(w)  # (B, T, S)
     torch.testing.assert_close(w, expected.to(w.dtype))
+
+
+def _prefix_tree_loss(targets: list[str]) -> float:
+    """The teacher-forced loss of the decoder that predicts each next token (or <eos>) with the
+    frequencies of the targets sharing the prefix: a decoder of equation (3) can be this one."""
+    total = 0.0
+    for y in targets:
+        for t in range(len(y) + 1):  # the tokens of y, then <eos>
+            prefix = [z for z in targets if z.startswith(y[:t])]
+            nxt = [z[t] if t < len(z) else "<eos>" for z in prefix]
+            token = y[t] if t < len(y) else "<eos>"
+            total -= math.log(nxt.count(token) / len(nxt))
+    return total
+
+
+@pytest.mark.parametrize("targets", [["12", "13"], ["1234", "5678"], ["1", "2", "3", "3"],
+                                     ["2021-03-02"] * 3, ["12", "123", "12", "9"],
+                                     ["0415"], ["a", "ab", "abc", "abcd"]])
+def test_collision_loss_bound_is_reached_by_the_prefix_tree_decoder(targets: list[str]) -> None:
+    """The bound m H is what the best shared distribution scores under teacher forcing."""
+    bound = seq2seq.collision_loss_bound(targets)
+    assert math.isclose(bound, _prefix_tree_loss(targets), rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_collision_loss_bound_by_hand() -> None:
+    assert seq2seq.collision_loss_bound(["0415"]) == 0.0
+    assert math.isclose(seq2seq.collision_loss_bound(["12", "34"]), 2 * math.log(2))
+    assert math.isclose(seq2seq.collision_loss_bound(["1", "2", "3", "3"]), 6 * math.log(2))
+    with pytest.raises(ValueError, match="non-empty"):
+        seq2seq.collision_loss_bound([])

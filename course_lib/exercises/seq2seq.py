@@ -5,8 +5,8 @@ In notebook order (points live in the notebook's test cells only):
 ===========================  ===========================================================
 exercise                     reference
 ===========================  ===========================================================
-``state_collision``          a question: what a decoder without attention can do with two
-                             sources that reach the same state
+``collision_loss``           :func:`course_lib.seq2seq.collision_loss_bound` (a bound to
+                             derive: sources that share the decoder's one vector)
 ``greedy_decode``            :func:`course_lib.decoding.greedy_decode`
 ``beam_search``              :func:`course_lib.decoding.beam_search`
 ``beam_vs_greedy``           a question: can two beams lose to greedy search?
@@ -36,6 +36,7 @@ inputs); the functions of it that compute an answer (``greedy_decode``, ``beam_s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,11 +48,86 @@ from course_lib import alignment, attention, decoding, seq2seq
 from course_lib.exercises._common import f32, f64, gen, lengths_mask, lower_triangle, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
 
-# 1. state_collision (a question) -------------------------------------------------------------
-_STATE_COLLISION = Question(
-    id="seq2seq.state_collision", choices="abcd",
-    hint=("the decoder reads the source only through c: list what it reads at each step, "
-          "and ask what of that differs between two sources with c(x) = c(x')"))
+# 1. collision_loss (a bound to derive) -------------------------------------------------------
+_DIGITS = "0123456789-"
+
+
+def _random_string(g: torch.Generator, length: int) -> str:
+    return "".join(_DIGITS[int(i)] for i in torch.randint(len(_DIGITS), (length,), generator=g))
+
+
+def _collision_cases() -> list[Case]:
+    def group(seed: int, m: int, distinct: int, length: int) -> dict[str, Any]:
+        """``m`` targets, ``distinct`` of them different, each distinct one at least once."""
+        g = gen(seed)
+        kinds: list[str] = []
+        while len(kinds) < distinct:
+            t = _random_string(g, length)
+            if t not in kinds:
+                kinds.append(t)
+        extra = torch.randint(distinct, (m - distinct,), generator=g).tolist()
+        targets = kinds + [kinds[i] for i in extra]
+        order = torch.randperm(m, generator=g).tolist()
+        return {"targets": [targets[i] for i in order]}
+
+    def one_char_apart() -> dict[str, Any]:
+        g = gen(31)
+        base = _random_string(g, pick(32, 6, 10))
+        at = pick(33, 0, len(base) - 1)
+        other = base[:at] + ("7" if base[at] != "7" else "3") + base[at + 1:]
+        return {"targets": [base, other]}
+
+    def prefix() -> dict[str, Any]:
+        g = gen(34)
+        base = _random_string(g, pick(35, 5, 9))
+        cut = pick(36, 1, len(base) - 1)
+        return {"targets": [base, base[:cut], base, base[:cut], base]}
+
+    return [
+        Case("two targets one character apart", one_char_apart),
+        Case("two targets that differ in many places",
+             lambda: group(1, 2, 2, pick(2, 8, 12))),
+        Case("repeated targets", lambda: group(3, pick(4, 6, 12), pick(5, 2, 4), pick(6, 3, 8))),
+        Case("a target that is a prefix of another", prefix),
+        Case("one source", lambda: group(7, 1, 1, pick(8, 4, 10))),
+        Case("many sources, few distinct targets",
+             lambda: group(9, pick(10, 20, 60), pick(11, 2, 6), 10)),
+        Case("every target different",
+             lambda: group(12, pick(13, 3, 9), pick(13, 3, 9), pick(14, 4, 10))),
+    ]
+
+
+def _collision_slip(kind: str) -> Any:
+    """``collision_loss`` worked out in one wrong way (plain Python, no reference)."""
+    def loss(targets: list[str]) -> float:
+        m = len(targets)
+
+        def entropy_total(items: list[str]) -> float:
+            counts: dict[str, int] = {}
+            for x in items:
+                counts[x] = counts.get(x, 0) + 1
+            return -sum(n * math.log(n / m) for n in counts.values())
+
+        if kind == "per_position":  # each common position on its own, ignoring the prefixes
+            return sum(entropy_total([t[i] for t in targets])
+                       for i in range(min(len(t) for t in targets)))
+        if kind == "all_distinct":
+            return m * math.log(m)
+        total = entropy_total(list(targets))
+        return {"bits": total / math.log(2), "mean": total / m}[kind]
+    return loss
+
+
+_COLLISION_SLIPS = (
+    Slip("after the first token where two targets part, teacher forcing feeds each its own "
+         "prefix, and the decoder may tell them apart from there on; and <eos> ends every "
+         "target, so a target that is a prefix of another is a different sequence",
+         _collision_slip("per_position")),
+    Slip("equal targets are one output sequence: the decoder may put all the probability they "
+         "need on it", _collision_slip("all_distinct")),
+    Slip("the loss is in nats (natural logarithms), not bits", _collision_slip("bits")),
+    Slip("return the total over the m pairs, not the mean per pair", _collision_slip("mean")),
+)
 
 
 # 2. greedy_decode ----------------------------------------------------------------------------
@@ -687,7 +763,8 @@ _UNIFORM_ATTENTION = Question(
 # --------------------------------------------------------------------------------------------
 
 EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
-    _STATE_COLLISION,
+    Exercise(id="seq2seq.collision_loss", reference=seq2seq.collision_loss_bound,
+             cases=_collision_cases, slips=_COLLISION_SLIPS),
     Exercise(id="seq2seq.greedy_decode", reference=decoding.greedy_decode,
              cases=_greedy_cases, slips=_GREEDY_SLIPS),
     Exercise(id="seq2seq.beam_search", reference=decoding.beam_search,
