@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from course_lib import grading
+from course_lib.exercises import _calls
 from course_lib.exercises._common import using_secret
 
 #: The key of a call: a hash of its arguments (tensors by dtype, shape and bytes; objects by the
@@ -59,8 +60,10 @@ memo_key: Callable[[tuple, dict], str] = _namespace["_memo_key"]
 
 
 def memorisable(ex: grading.Exercise) -> bool:
-    """Whether a table can stand in for the exercise (not a letter, not a random function)."""
-    return ex.cases is not grading.answer_case and ex.postprocess is None
+    """Whether a table can stand in for the exercise (not a letter, not a random function, not a
+    loss whose gradient is graded: a stored value carries no graph)."""
+    return (ex.cases is not grading.answer_case and ex.postprocess is None
+            and ex.call is not _calls.loss_and_grad)
 
 
 def secret(value: str) -> AbstractContextManager[None]:
