@@ -1,9 +1,9 @@
 """Train chapter 9's experiments and ship their results (not a test).
 
-``--part cot`` (section 1): two small GPTs from scratch on the clipped counter
-(:mod:`course_lib.reasoning`), one with answer-only targets and one with every clipped count
-written out, with :data:`course_lib.reasoning.REASONING_CONFIG` and ``--steps`` optimiser
-steps; greedy exact-match accuracy at every test k goes to
+``--part cot`` (section 1): for each of ``--seeds``, two small GPTs from scratch on the
+clipped counter (:mod:`course_lib.reasoning`), one with answer-only targets and one with every
+clipped count written out, with :data:`course_lib.reasoning.REASONING_CONFIG` and ``--steps``
+optimiser steps; greedy exact-match accuracy at every test k goes to
 ``course_lib/data/reasoning_cot.json.xz``.
 
 ``--part rl`` (sections 2 to 5): one starting policy trained briefly with the chain-of-thought
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    parts = {"cot": lambda: part_cot(args.steps, args.seeds[:1]), "rl": lambda: part_rl(args),
+    parts = {"cot": lambda: part_cot(args.steps, args.seeds), "rl": lambda: part_rl(args),
              "ablations": lambda: part_ablations(args)}
     results = parts[args.part]()
     results["command"] = ("nice -n 10 .venv/bin/python scripts/train_reasoning.py "

@@ -26,16 +26,21 @@ def value(name: str) -> float:
 
 def test_answering_directly_fails_as_steps_grow_and_the_chain_does_not(
         built_book: Path) -> None:
-    """Section 1: both right at k = 1; answering directly "loses accuracy with every change
-    added" (k = 4, 6, 8); the chain "is right at every k up to 8 (at least X)"; "far above a
-    guess (10%)". Values from reasoning_cot.json.xz (3,000 steps, seed 0)."""
+    """Section 1 (means over three seeds): both right at k = 1; answering directly "loses accuracy
+    with every change added" (k = 4, 6, 8); the chain "is right at every k up to 7 on every seed";
+    at k = 8 two seeds of three are right every time and the third is not, "so the mean at k = 8
+    is about that of answering directly"; "far above a guess (10%)". Values from
+    reasoning_cot.json.xz (3,000 steps, seeds 0, 1, 2)."""
+    assert value("ch9_cot_seeds") == 3 and value("ch9_cot_steps") == 3000
     assert value("ch9_ao_k1") > 0.98 and value("ch9_cot_k1") > 0.98  # 1.0, 1.0
-    ao = [value(f"ch9_ao_k{k}") for k in (1, 4, 6, 8)]  # 1.0, .986, .924, .832
+    ao = [value(f"ch9_ao_k{k}") for k in (1, 4, 6, 7, 8)]  # 1.0, .987, .932, .881, .822
     assert all(a > b for a, b in zip(ao, ao[1:]))
     assert value("ch9_ao_k8") > 0.5  # far above a guess
-    assert value("ch9_cot_min") > 0.99  # 1.0 at every k
-    assert value("ch9_cot_k8") - value("ch9_ao_k8") > 0.1
-    assert value("ch9_cot_steps") == 3000
+    assert value("ch9_ao_k8_se") < 0.05  # 0.016
+    assert value("ch9_cot_min_k7") > 0.99  # 1.0 at every k <= 7 on every seed
+    assert value("ch9_cot_k7") - value("ch9_ao_k7") > 0.1  # the papers section, k = 7
+    assert value("ch9_cot_k8_solved") == 2 and value("ch9_cot_k8_worst") < 0.6  # 0.488
+    assert abs(value("ch9_cot_k8") - value("ch9_ao_k8")) < 0.05  # .829 against .822
 
 
 def test_many_samples(built_book: Path) -> None:
