@@ -721,13 +721,12 @@ EXCLUDED: dict[str, str] = {
         copying.CopyingSetup corpus.SplitRecord counting.GPT3Row data.Splits data.DateTaskConfig
         data.ReorderTaskConfig data.Batch data.Vocab data.Seq2SeqDataset finetune.BaseRecipe
         finetune.FinetuneConfig finetune.ForgettingConfig flops.Throughput flops.RunCost
-        gpt.GPTConfig llama.LlamaConfig longrange.RecallConfig longrange.RecallBatch
+        gpt.GPTConfig longrange.RecallConfig longrange.RecallBatch
         longrange.TrainConfig reasoning.ReasoningConfig rl.GRPOConfig scaling.ChinchillaFit
         scaling.PowerLawFit scaling.IsoFlopMinimum seq2seq.Seq2SeqConfig sweep.RunConfig
         training.TrainConfig training.History transformer.TransformerConfig bpe.Tokenizer
         """), _RECORD),
     "gpt.KVCache": "an empty cache (no tensor until update, which has an entry)",
-    "llama.KVCache": "an empty cache (no tensor until update, which has an entry)",
     "seq2seq.Seq2SeqModel": "a typing Protocol: the two models' make_step have entries",
     "seq2seq.Seq2SeqModel.make_step": "a Protocol's signature: the models' own have entries",
     "arithmetic.TrainingFields": "a typing Protocol: the fields train_variant reads (records)",
@@ -748,8 +747,8 @@ EXCLUDED: dict[str, str] = {
         data.reorder_task data.group_by_length dpo.has_property finetune.char_vocabulary
         finetune.base_config finetune.word_problem finetune.word_problems finetune.method_names
         flops.forward_flops_per_token flops.training_flops flops.gpt_matmul_flops flops.mfu
-        flops.run_cost gpt.generation_cost gpt.gpt_params gpt.bits_per_byte llama.kv_cache_bytes
-        llama.swiglu_width lora.gpt_lora_parameters moe.capacity reasoning.clipped_chain
+        flops.run_cost gpt.generation_cost gpt.gpt_params gpt.bits_per_byte
+        llama.swiglu_width lora.gpt_lora_parameters reasoning.clipped_chain
         reasoning.make_problem reasoning.format_problem reasoning.format_target
         reasoning.answer_of reasoning.final_answer reasoning.correctness_reward
         reasoning.format_reward reasoning.majority_vote
@@ -758,7 +757,7 @@ EXCLUDED: dict[str, str] = {
         scaling.kaplan_loss_d scaling.kaplan_loss_nd scaling.kaplan_loss_c
         scaling.kaplan_optimal_n scaling.ChinchillaFit.compute_optimal sweep.non_embedding_params
         sweep.learning_rate sweep.make_run sweep.sweep_configs sweep.lr_at training.History.last
-        training.lr_at speculative.expected_tokens_per_round utils.quick_mode utils.pick
+        training.lr_at utils.quick_mode utils.pick
         """), _PYTHON),
     "scaling.chinchilla_objective": "numpy arrays in and out: the fit runs in numpy on the CPU",
     "scaling.ChinchillaFit.loss": "numpy arrays in and out: the fitted law evaluated in numpy",
