@@ -220,22 +220,30 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
                for t in state.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
 
 
-def gpt_lora_parameters(n_layer: int, n_embd: int, r: int) -> int:
+def gpt_lora_parameters(n_layer: int, n_embd: int, r: int, n_head: int | None = None,
+                        n_kv_head: int | None = None) -> int:
     r"""The trainable numbers of LoRA at rank ``r`` on every map of :data:`GPT_TARGETS`.
 
-    A course GPT's block (:class:`course_lib.gpt.Block`, MLP width ``4 n_embd``) has the maps
-    ``c_attn`` :math:`(3d, d)`, ``attn.c_proj`` :math:`(d, d)`, ``mlp.c_fc`` :math:`(4d, d)` and
-    ``mlp.c_proj`` :math:`(d, 4d)`; an adapter on a :math:`(d_{out}, d_{in})` map trains
-    :math:`r (d_{in} + d_{out})` numbers, so a block trains :math:`r (4 + 2 + 5 + 5) d = 16 r d`.
-    What :func:`add_lora` then leaves trainable (:func:`trainable_parameters`).
-
-    Example:
-        >>> gpt_lora_parameters(n_layer=2, n_embd=64, r=4)  # chapter 8's base model, rank 4
-        8192
+    Counted from the shapes of a course GPT's block (:class:`course_lib.gpt.Block`): what
+    :func:`add_lora` then leaves trainable (:func:`trainable_parameters`). With ``n_kv_head``
+    key/value heads for ``n_head`` query heads (grouped-query attention, chapter 7; ``n_head``
+    must divide ``n_embd`` and ``n_kv_head`` divide ``n_head``), the fused ``c_attn`` computes the
+    queries and the fewer keys and values at once; left out, every head has its own (the course
+    GPT).
     """
     check_int("n_layer", n_layer, minimum=1)
     check_int("n_embd", n_embd, minimum=1)
     check_int("r", r, minimum=1)
     d = n_embd
-    shapes = [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)]  # (out, in) of GPT_TARGETS, in order
+    kv = d  # the width of the keys (and of the values)
+    if n_head is not None or n_kv_head is not None:
+        if n_head is None or n_kv_head is None:
+            raise ValueError("give both n_head and n_kv_head, or neither")
+        check_int("n_head", n_head, minimum=1)
+        check_int("n_kv_head", n_kv_head, minimum=1)
+        if d % n_head or n_head % n_kv_head:
+            raise ValueError(f"n_head ({n_head}) must divide n_embd ({d}) and n_kv_head "
+                             f"({n_kv_head}) divide n_head")
+        kv = n_kv_head * (d // n_head)
+    shapes = [(d + 2 * kv, d), (d, d), (4 * d, d), (d, 4 * d)]  # (out, in) of GPT_TARGETS
     return n_layer * sum(r * (d_in + d_out) for d_out, d_in in shapes)

@@ -81,6 +81,26 @@ def test_lora_trainable_reference_counts_what_add_lora_leaves_trainable() -> Non
                                       n_embd=n_embd))
         lora.add_lora(model, r, float(r))
         assert lora.trainable_parameters(model) == lora.gpt_lora_parameters(n_layer, n_embd, r)
+        assert lora.gpt_lora_parameters(n_layer, n_embd, r, 2, 2) == \
+            lora.gpt_lora_parameters(n_layer, n_embd, r)  # every head its own keys and values
+
+
+def test_lora_trainable_reference_with_shared_keys_and_values_fuses_llama_projections() -> None:
+    """With grouped-query attention c_attn is llama's q_proj, k_proj and v_proj stacked into one
+    map (one adapter): its output is their outputs together, its input theirs."""
+    import torch.nn as nn
+
+    from course_lib import llama
+    for d, h, g, r, n_layer in [(64, 4, 1, 4, 2), (96, 8, 2, 3, 1), (40, 4, 4, 2, 3)]:
+        attn = llama.LlamaAttention(llama.LlamaConfig(hidden_size=d, num_attention_heads=h,
+                                                      num_key_value_heads=g))
+        out = sum(m.out_features for m in (attn.q_proj, attn.k_proj, attn.v_proj))
+        fused = nn.Sequential(nn.Linear(d, out), nn.Linear(d, d), nn.Linear(d, 4 * d),
+                              nn.Linear(4 * d, d))
+        one_block = sum(r * (m.in_features + m.out_features) for m in fused)
+        assert lora.gpt_lora_parameters(n_layer, d, r, h, g) == n_layer * one_block
+    with pytest.raises(ValueError):
+        lora.gpt_lora_parameters(1, 64, 4, 4, 3)  # 3 key/value heads cannot serve 4
 
 
 def test_kl_frontier_reference_is_the_best_policy_against_random_policies() -> None:

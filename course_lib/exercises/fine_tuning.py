@@ -7,12 +7,13 @@ pass, merge and parameter count (:mod:`course_lib.lora`), the answer-only loss
 the implicit rewards and the KL-regularised optimum (:mod:`course_lib.dpo`) and the answer
 extraction (:mod:`course_lib.arithmetic`).
 
-Four exercises ask the student to work something out rather than transcribe a printed formula:
-``lora_trainable`` (count an adapter's numbers from the GPT's shapes), ``predict_forgetting``
-(predict, then see the measurement), ``kl_frontier`` (derive the optimum of the KL-regularised
-objective and trace its reward-against-KL frontier) and ``implicit_rewards`` (invert that
-optimum into DPO's implicit reward and score held-out pairs). ``lora_forward`` is graded on its
-algorithm too (``largest_tensor``): forming the product ``B A`` fails.
+Three exercises ask the student to work something out or predict rather than transcribe a
+printed formula: ``lora_trainable`` (count an adapter's numbers in a GPT whose heads share keys
+and values, a shape the chapter does not print), ``predict_forgetting`` (predict, then see the
+measurement) and ``kl_frontier`` (derive the optimum of the KL-regularised objective and trace
+its reward-against-KL frontier). ``implicit_rewards`` inverts that optimum into DPO's implicit
+reward, a short step that equation eq-dpo all but shows. ``lora_forward`` is graded on its
+algorithm too (``largest_tensor`` and the memory probe): forming the product ``B A`` fails.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -33,7 +34,7 @@ from course_lib.exercises._calls import extract_all
 from course_lib.exercises._common import f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, MemoryProbe, Question, Slip
 
-# 1. lora_forward --------------------------------------------------------------------------------
+# 2. lora_forward ---------------------------------------------------------------------------------
 
 
 def _lora_inputs(seed: int, lead: tuple[int, ...], d_in: int, d_out: int, r: int, alpha: float,
@@ -131,7 +132,7 @@ _LORA_FORWARD_SLIPS = (
 )
 
 
-# 2. merge_lora ----------------------------------------------------------------------------------
+# 3. merge_lora -----------------------------------------------------------------------------------
 
 
 def _merge_cases() -> list[Case]:
@@ -181,46 +182,97 @@ _MERGE_SLIPS = (
 )
 
 
-# 2b. lora_trainable (work it out) ---------------------------------------------------------------
+# 4. lora_trainable (work it out) -----------------------------------------------------------------
 
 
 def _trainable_cases() -> list[Case]:
-    def build(seed: int, layers: tuple[int, int], width: tuple[int, int],
-              rank: tuple[int, int]) -> Callable[[], dict[str, Any]]:
+    def build(seed: int, layers: tuple[int, int], head_dim: tuple[int, int],
+              heads: tuple[int, int], rank: tuple[int, int]) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
-            return {"n_layer": pick(seed, *layers), "n_embd": pick(seed + 1, *width),
-                    "r": pick(seed + 2, *rank)}
+            n_head = 2 ** pick(seed + 1, *heads)  # a power of two, as n_kv_head: it divides
+            n_kv_head = 2 ** pick(seed + 3, 0, max(0, pick(seed + 1, *heads) - 1))
+            return {"n_layer": pick(seed, *layers), "n_embd": n_head * pick(seed + 2, *head_dim),
+                    "r": pick(seed + 4, *rank), "n_head": n_head, "n_kv_head": n_kv_head}
         return inputs
     return [
-        Case("one layer, rank 1", lambda: {"n_layer": 1, "n_embd": 8, "r": 1}),
-        Case("a small GPT", build(210, (1, 4), (8, 64), (1, 8))),
-        Case("a deeper GPT, a larger rank", build(220, (6, 24), (64, 512), (8, 64))),
-        Case("a GPT-2-sized model", build(230, (12, 48), (768, 1600), (1, 16))),
+        Case("one layer, rank 1, one head",
+             lambda: {"n_layer": 1, "n_embd": 8, "r": 1, "n_head": 1, "n_kv_head": 1}),
+        Case("a small GPT, every head its own keys and values",
+             lambda: {"n_layer": pick(205, 1, 4), "n_embd": 64, "r": pick(206, 1, 8),
+                      "n_head": 4, "n_kv_head": 4}),
+        Case("a small GPT, fewer key/value heads", build(210, (1, 4), (4, 16), (1, 3), (1, 8))),
+        Case("multi-query attention (one key/value head)",
+             lambda: {"n_layer": pick(215, 2, 6), "n_embd": 96, "r": pick(216, 2, 8),
+                      "n_head": 8, "n_kv_head": 1}),
+        Case("a deeper GPT, a larger rank", build(220, (6, 24), (16, 64), (2, 4), (8, 64))),
+        Case("a GPT-2-sized model", build(230, (12, 48), (64, 128), (3, 5), (1, 16))),
     ]
 
 
-def _trainable_full_matrices(n_layer: int, n_embd: int, r: int) -> int:
-    return n_layer * r * (3 + 1 + 4 + 4) * n_embd ** 2
+def _kv_width(n_embd: int, n_head: int, n_kv_head: int) -> int:
+    return n_kv_head * (n_embd // n_head)
 
 
-def _trainable_attention_only(n_layer: int, n_embd: int, r: int) -> int:
-    return n_layer * r * (4 + 2) * n_embd
+def _trainable_from(n_layer: int, r: int, shapes: list[tuple[int, int]]) -> int:
+    return n_layer * sum(r * (d_in + d_out) for d_out, d_in in shapes)
 
 
-def _trainable_square_mlp(n_layer: int, n_embd: int, r: int) -> int:
-    return n_layer * r * (4 + 2 + 2 + 2) * n_embd
+def _trainable_full_matrices(n_layer: int, n_embd: int, r: int, n_head: int,
+                             n_kv_head: int) -> int:
+    d, kv = n_embd, _kv_width(n_embd, n_head, n_kv_head)
+    return n_layer * r * ((d + 2 * kv) * d + d * d + 8 * d * d)
 
 
-def _trainable_square_qkv(n_layer: int, n_embd: int, r: int) -> int:
-    return n_layer * r * (2 + 2 + 5 + 5) * n_embd
+def _trainable_attention_only(n_layer: int, n_embd: int, r: int, n_head: int,
+                              n_kv_head: int) -> int:
+    d, kv = n_embd, _kv_width(n_embd, n_head, n_kv_head)
+    return _trainable_from(n_layer, r, [(d + 2 * kv, d), (d, d)])
 
 
-def _trainable_one_layer(n_layer: int, n_embd: int, r: int) -> int:
-    return r * 16 * n_embd
+def _trainable_square_mlp(n_layer: int, n_embd: int, r: int, n_head: int,
+                          n_kv_head: int) -> int:
+    d, kv = n_embd, _kv_width(n_embd, n_head, n_kv_head)
+    return _trainable_from(n_layer, r, [(d + 2 * kv, d), (d, d), (d, d), (d, d)])
 
 
-def _trainable_a_only(n_layer: int, n_embd: int, r: int) -> int:
-    return n_layer * r * (1 + 1 + 1 + 4) * n_embd
+def _trainable_square_qkv(n_layer: int, n_embd: int, r: int, n_head: int,
+                          n_kv_head: int) -> int:
+    d = n_embd
+    return _trainable_from(n_layer, r, [(d, d), (d, d), (4 * d, d), (d, 4 * d)])
+
+
+def _trainable_one_layer(n_layer: int, n_embd: int, r: int, n_head: int,
+                         n_kv_head: int) -> int:
+    return _trainable_from(1, r, _gqa_shapes(n_embd, _kv_width(n_embd, n_head, n_kv_head)))
+
+
+def _trainable_a_only(n_layer: int, n_embd: int, r: int, n_head: int, n_kv_head: int) -> int:
+    return n_layer * r * (n_embd + n_embd + n_embd + 4 * n_embd)
+
+
+def _gqa_shapes(d: int, kv: int) -> list[tuple[int, int]]:
+    return [(d + 2 * kv, d), (d, d), (4 * d, d), (d, 4 * d)]
+
+
+def _trainable_no_gqa(n_layer: int, n_embd: int, r: int, n_head: int, n_kv_head: int) -> int:
+    return _trainable_from(n_layer, r, _gqa_shapes(n_embd, n_embd))
+
+
+def _trainable_kv_full_heads(n_layer: int, n_embd: int, r: int, n_head: int,
+                             n_kv_head: int) -> int:
+    return _trainable_from(n_layer, r, _gqa_shapes(n_embd, n_kv_head * n_embd))
+
+
+def _trainable_one_kv(n_layer: int, n_embd: int, r: int, n_head: int, n_kv_head: int) -> int:
+    d, kv = n_embd, _kv_width(n_embd, n_head, n_kv_head)
+    return _trainable_from(n_layer, r, [(d + kv, d), (d, d), (4 * d, d), (d, 4 * d)])
+
+
+def _trainable_separate_qkv(n_layer: int, n_embd: int, r: int, n_head: int,
+                            n_kv_head: int) -> int:
+    d, kv = n_embd, _kv_width(n_embd, n_head, n_kv_head)
+    return _trainable_from(n_layer, r, [(d, d), (kv, d), (kv, d), (d, d), (4 * d, d),
+                                        (d, 4 * d)])
 
 
 _TRAINABLE_SLIPS = (
@@ -230,14 +282,22 @@ _TRAINABLE_SLIPS = (
          _trainable_attention_only),
     Slip("the MLP is 4 n_embd wide: c_fc maps n_embd to 4 n_embd and mlp.c_proj back",
          _trainable_square_mlp),
-    Slip("c_attn computes queries, keys and values at once: it maps n_embd to 3 n_embd",
+    Slip("c_attn computes queries, keys and values at once: its output holds all three",
          _trainable_square_qkv),
     Slip("every one of the n_layer blocks has its own adapters", _trainable_one_layer),
     Slip("both factors train: B (out, r) as well as A (r, in)", _trainable_a_only),
+    Slip("with fewer key/value heads the keys and values are narrower than the queries, and so "
+         "is c_attn's output", _trainable_no_gqa),
+    Slip("a key/value head is as wide as a query head, n_embd / n_head, not n_embd",
+         _trainable_kv_full_heads),
+    Slip("c_attn computes the keys and the values: both are n_kv_head heads wide",
+         _trainable_one_kv),
+    Slip("c_attn is one map with one adapter: one A (r, n_embd) for the queries, keys and "
+         "values together, not three", _trainable_separate_qkv),
 )
 
 
-# 2c. predict_forgetting (question) --------------------------------------------------------------
+# 5. predict_forgetting (question) ----------------------------------------------------------------
 
 
 _PREDICT_FORGETTING = Question(
@@ -247,7 +307,7 @@ _PREDICT_FORGETTING = Question(
           "Shakespeare?"))
 
 
-# 3. answer_only_loss ----------------------------------------------------------------------------
+# 1. answer_only_loss -----------------------------------------------------------------------------
 
 
 def _loss_cases() -> list[Case]:
@@ -315,7 +375,7 @@ _LOSS_SLIPS = (
 )
 
 
-# 4. distillation_loss ---------------------------------------------------------------------------
+# 6. distillation_loss ----------------------------------------------------------------------------
 
 
 def _distill_cases() -> list[Case]:
@@ -385,7 +445,7 @@ _DISTILL_SLIPS = (
 )
 
 
-# 5. dpo_loss ------------------------------------------------------------------------------------
+# 8. dpo_loss -------------------------------------------------------------------------------------
 
 
 def _dpo_cases() -> list[Case]:
@@ -457,7 +517,7 @@ _DPO_SLIPS = (
 )
 
 
-# 5b. kl_frontier (work it out) ------------------------------------------------------------------
+# 7. kl_frontier (work it out) --------------------------------------------------------------------
 
 
 def _frontier_cases() -> list[Case]:
@@ -543,7 +603,7 @@ _FRONTIER_SLIPS = (
 )
 
 
-# 5c. implicit_rewards (work it out) -------------------------------------------------------------
+# 9. implicit_rewards (work it out) ---------------------------------------------------------------
 
 
 def _implicit_cases() -> list[Case]:
@@ -627,7 +687,7 @@ _IMPLICIT_SLIPS = (
 )
 
 
-# 6. extract_answer ------------------------------------------------------------------------------
+# 10. extract_answer ------------------------------------------------------------------------------
 
 
 def _extract_cases() -> list[Case]:
