@@ -1,12 +1,16 @@
 """Graded exercises of chapter 5, "How large are the models": references, hidden cases, slips.
 
-Every exercise is solvable with plain Python and torch. Six are short warm-ups on a formula the
-chapter prints (``param_count``, ``forward_flops_per_token``, ``training_flops``, ``mfu``,
-``chinchilla_loss``, ``fit_power_law``); four ask the student to work something out that the
-chapter does not print: the compute-optimal allocation derived from the loss and the budget
-(``compute_optimal``), an IsoFLOP minimum located on the shipped sweep (``isoflop_minimum``), a
-bootstrap interval (``bootstrap_interval``) and the bytes of training state per GPU under data,
-ZeRO and tensor parallelism (``training_state_bytes``).
+Every exercise is solvable with plain Python, torch and numpy. Seven are warm-ups on a formula or
+a procedure that the chapter or the statement prints (``param_count``,
+``forward_flops_per_token``, ``training_flops``, ``mfu``, ``chinchilla_loss``,
+``fit_power_law``, ``bootstrap_interval``); one asks for a derivation the chapter does not print,
+the compute-optimal allocation under the budget (``compute_optimal``, graded to a relative 1e-10,
+which a search on the loss values does not reach); two apply a described procedure to new cases:
+an IsoFLOP minimum located on the shipped sweep (``isoflop_minimum``) and the bytes of training
+state per GPU under data, ZeRO and tensor parallelism (``training_state_bytes``).
+``fit_power_law`` and ``bootstrap_interval`` each have a case of float32 points so close
+together that only logarithms taken in float64 give the slope (the statements' "compute in
+float64").
 
 The reference-call guard fails a solution that calls course_lib's implementation of any exercise:
 the parameter counts and state bytes of :mod:`course_lib.counting` (and chapter 4's
@@ -287,7 +291,7 @@ def _optimal_cases() -> list[Case]:
             return {"flops": _logs(seed + 2, (1e10, 1e26))[0], "A": law["A"], "B": law["B"],
                     "alpha": law["alpha"], "beta": law["beta"]}
         return build
-    return [
+    cases = [
         Case("Gopher's budget, the published constants", fixed(5.76e23, 406.4, 410.7, 0.34, 0.28)),
         Case("a small budget, the published constants", fixed(1e12, 406.4, 410.7, 0.34, 0.28)),
         Case("a random law and budget", drawn(60)),
@@ -295,6 +299,24 @@ def _optimal_cases() -> list[Case]:
         Case("equal exponents", fixed(1e20, 50.0, 200.0, 0.3, 0.3)),
         Case("a data-hungry law", fixed(3.2e15, 12.0, 700.0, 0.6, 0.25)),
     ]
+    return [Case(c.name, c.inputs, rtol=_OPTIMAL_RTOL, atol=0.0) for c in cases]
+
+
+#: The statement's tolerance: the closed form is exact to rounding (1e-15), a search on the
+#: values of the loss along the budget stops near 1e-8 (the loss is flat to 1e-16 there).
+_OPTIMAL_RTOL = 1e-10
+
+
+def _optimal_diagnose(inputs: dict[str, Any], got: Any, expected: Any) -> str | None:
+    try:
+        close = all(abs(float(g) / float(e) - 1) < 1e-5 for g, e in zip(got, expected))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if close:
+        return ("within 1e-5 of the optimum but not within 1e-10: a numerical search on the "
+                "loss along the budget cannot locate its minimum more precisely than about "
+                "1e-8 in float64 (the loss is flat there); derive N_opt from the derivative")
+    return None
 
 
 def _optimal_slip(kind: str) -> Callable[..., tuple[float, float]]:
@@ -368,6 +390,17 @@ def _isoflop_cases() -> list[Case]:
     ]
 
 
+def _isoflop_diagnose(inputs: dict[str, Any], got: Any, expected: Any) -> str | None:
+    try:
+        close = all(abs(float(g) / float(e) - 1) < 1e-3 for g, e in zip(got, expected))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if close:
+        return ("within 1e-3 but not within 1e-6: compute in float64 (n_params.double()), a fit "
+                "in float32 loses the last digits")
+    return None
+
+
 def _isoflop_slip(kind: str) -> Callable[..., tuple[float, float]]:
     def locate(n_params: torch.Tensor, loss: torch.Tensor) -> tuple[float, float]:
         n, v = n_params.double().numpy(), loss.double().numpy()
@@ -409,7 +442,17 @@ def _power_cases() -> list[Case]:
             noise = torch.exp(0.05 * torch.randn(n, generator=gen(seed), dtype=torch.float64))
             return {"x": x.to(dtype), "y": (c * x**k * noise).to(dtype)}
         return build
+    def narrow(seed: int, n: int) -> Inputs:
+        def build() -> dict[str, Any]:  # float32 inputs 0.2% apart: their logs need float64
+            g = gen(seed)
+            x = 1e6 * torch.exp(torch.linspace(0.0, 2e-3, n, dtype=f64)
+                                + 1e-4 * torch.rand(n, generator=g, dtype=f64))
+            y = 7.0 * x**-0.3 * torch.exp(2e-4 * torch.randn(n, generator=g, dtype=f64))
+            return {"x": x.to(f32), "y": y.to(f32)}
+        return build
     return [
+        Case("float32 inputs close together, computed in float64", narrow(83, 8), rtol=1e-6,
+             atol=1e-9),
         Case("float64, a falling law with noise", noisy(80, 9, -0.3, 12.0, f64, 3, 6)),
         Case("float32, a falling law with noise", noisy(81, 7, -0.08, 4.5, f32, 3, 5), rtol=1e-3,
              atol=1e-6),
@@ -435,6 +478,8 @@ def _power_slip(kind: str) -> Callable[..., tuple[float, float]]:
             return 1 / b, math.exp(-a / b)
         if kind == "linear":
             lx, ly = x64, y64
+        if kind == "float32":
+            lx, ly = torch.log(x.float()), torch.log(y.float())
         lx_c = lx - lx.mean()
         k = float((lx_c * (ly - ly.mean())).sum() / (lx_c * lx_c).sum())
         intercept = float(ly.mean() - k * lx.mean())
@@ -453,6 +498,8 @@ _POWER_SLIPS = (
          "another line as soon as the points are noisy", _power_slip("swapped")),
     Slip("a power law is a straight line in log-log: take the logarithms of x and y first",
          _power_slip("linear")),
+    Slip("compute in float64 (x.double()): in float32 the logarithms of close values lose "
+         "their differences", _power_slip("float32")),
 )
 
 
@@ -472,6 +519,15 @@ def _bootstrap_cases() -> list[Case]:
                 indices[n_boot // 2] = int(torch.randint(n, (1,), generator=g))
             return {"x": x.to(dtype), "y": y.to(dtype), "indices": indices, "level": level}
         return build
+    def narrow(seed: int, n: int, n_boot: int) -> Inputs:
+        def build() -> dict[str, Any]:  # float32 inputs 0.2% apart: their logs need float64
+            g = gen(seed)
+            x = 1e6 * torch.exp(torch.linspace(0.0, 2e-3, n, dtype=f64)
+                                + 1e-4 * torch.rand(n, generator=g, dtype=f64))
+            y = 7.0 * x**-0.3 * torch.exp(2e-4 * torch.randn(n, generator=g, dtype=f64))
+            indices = torch.randint(n, (n_boot, n), generator=g)
+            return {"x": x.to(f32), "y": y.to(f32), "indices": indices, "level": 0.9}
+        return build
     return [
         Case("float64, 8 points, 400 resamples, 90%", drawn(90, 8, 400, 0.9, f64), rtol=1e-6,
              atol=1e-9),
@@ -483,6 +539,8 @@ def _bootstrap_cases() -> list[Case]:
              atol=1e-9),
         Case("float64, one resample", drawn(94, 7, 1, 0.9, f64, degenerate=False), rtol=1e-6,
              atol=1e-9),
+        Case("float32 inputs close together, computed in float64", narrow(95, 8, 300),
+             rtol=1e-6, atol=1e-9),
     ]
 
 
@@ -490,6 +548,8 @@ def _bootstrap_slip(kind: str) -> Callable[..., tuple[float, float]]:
     def interval(x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor,
                  level: float = 0.9) -> tuple[float, float]:
         u, v = x.double().log()[indices], y.double().log()[indices]
+        if kind == "float32":
+            u, v = x.float().log()[indices], y.float().log()[indices]
         if kind == "swapped":
             u, v = v, u
         if kind != "no_skip":
@@ -504,7 +564,8 @@ def _bootstrap_slip(kind: str) -> Callable[..., tuple[float, float]]:
         else:
             q = [(1 - level) / 2, (1 + level) / 2]
         method = "nearest" if kind == "nearest_rank" else "linear"
-        lo, hi = torch.quantile(slopes, torch.tensor(q, dtype=f64), interpolation=method).tolist()
+        lo, hi = torch.quantile(slopes, torch.tensor(q, dtype=slopes.dtype),
+                                interpolation=method).tolist()
         return float(lo), float(hi)
     return interval
 
@@ -518,6 +579,8 @@ _BOOTSTRAP_SLIPS = (
          "default), not the nearest rank", _bootstrap_slip("nearest_rank")),
     Slip("each resample's slope regresses log y on log x, not log x on log y",
          _bootstrap_slip("swapped")),
+    Slip("compute in float64 (x.double()): in float32 the logarithms of close values lose "
+         "their differences", _bootstrap_slip("float32")),
 )
 
 
@@ -612,10 +675,11 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_chinchilla_cases, slips=_CHINCHILLA_SLIPS,
              forbidden=(scaling.ChinchillaFit,)),
     Exercise(id="scaling_laws.compute_optimal", reference=compute_optimal,
-             cases=_optimal_cases, slips=_OPTIMAL_SLIPS,
+             cases=_optimal_cases, slips=_OPTIMAL_SLIPS, diagnose=_optimal_diagnose,
              forbidden=(scaling.compute_optimal, scaling.ChinchillaFit)),
     Exercise(id="scaling_laws.isoflop_minimum", reference=isoflop_minimum,
-             cases=_isoflop_cases, slips=_ISOFLOP_SLIPS, forbidden=(scaling.isoflop_minimum,)),
+             cases=_isoflop_cases, slips=_ISOFLOP_SLIPS, diagnose=_isoflop_diagnose,
+             forbidden=(scaling.isoflop_minimum,)),
     Exercise(id="scaling_laws.fit_power_law", reference=scaling.fit_power_law,
              cases=_power_cases, slips=_POWER_SLIPS,
              forbidden=(scaling.bootstrap_power_law, complexity.loglog_slope)),
