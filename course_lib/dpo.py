@@ -10,8 +10,8 @@ log-probability of :math:`y_w` relative to a frozen reference model and lowers t
           - (\log \pi_\theta(y_l|x) - \log \pi_{ref}(y_l|x)) \big]\Big).
 
 It is the loss of RLHF's KL-regularised reward maximisation with the reward written in terms
-of the policy itself, :math:`r(x, y) = \beta \log \pi_\theta(y|x) / \pi_{ref}(y|x)` (up to a
-term of :math:`x` alone): no reward model, no sampling during training, no PPO.
+of the policy itself (chapter 8's exercises 7 and 9 derive it): no reward model, no sampling
+during training, no PPO.
 
 The toy preference (:func:`has_property`): a completion is preferred when it contains no letter
 ``e``, a property any string can be checked for.
@@ -209,12 +209,11 @@ def implicit_rewards(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                      beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
     r"""DPO's implicit rewards of both completions of each pair, and the pairs' accuracy.
 
-    Inverting the optimum :math:`\pi^*(y|x) = \pi_{ref}(y|x)\, e^{r(x,y)/\beta} / Z(x)` gives
-    :math:`r(x, y) = \beta \log \pi^*(y|x)/\pi_{ref}(y|x) + \beta \log Z(x)`; the term of
-    :math:`x` alone is the same for both completions of a pair, so a pair is ranked by
-    :math:`\hat r = \beta (\log \pi_\theta(y|x) - \log \pi_{ref}(y|x))`. The accuracy is the
-    share of pairs whose chosen completion gets the strictly larger :math:`\hat r` (a tie, such
-    as the reference itself gives, counts as wrong).
+    The reward that the policy is the optimum of (:func:`kl_regularised_optimum`, inverted),
+    without its term of :math:`x` alone, which is the same for both completions of a pair
+    (chapter 8's exercise 9 derives it). The accuracy is the share of pairs whose chosen
+    completion gets the strictly larger reward (a tie, such as the reference itself gives,
+    counts as wrong).
 
     Args: as :func:`dpo_loss`.
 
@@ -246,12 +245,11 @@ def kl_regularised_optimum(reference_probs: torch.Tensor, rewards: torch.Tensor,
     r"""The reward and the KL of the policy that maximises RLHF's objective, for each beta.
 
     Over a finite set of completions of one prompt, the policy that maximises
-    :math:`\mathbb E_{y\sim\pi}[r(y)] - \beta\,\mathrm{KL}(\pi \Vert \pi_{ref})` is
-    :math:`\pi^*(y) = \pi_{ref}(y)\, e^{r(y)/\beta} / Z` (a Lagrange multiplier for
-    :math:`\sum_y \pi(y) = 1`; Peters and Schaal 2007, Peng et al. 2019, Korbak et al. 2022, and
-    Rafailov et al. 2023's eq. 4). Computed in log space (a log-softmax of
-    :math:`\log \pi_{ref} + r/\beta`), so a small beta does not overflow. Sweeping beta traces the
-    best reward reachable at each KL: the reward-against-KL frontier.
+    :math:`\mathbb E_{y\sim\pi}[r(y)] - \beta\,\mathrm{KL}(\pi \Vert \pi_{ref})` has a closed
+    form (a Lagrange multiplier for :math:`\sum_y \pi(y) = 1`; Peters and Schaal 2007, Peng et al.
+    2019, Korbak et al. 2022, and Rafailov et al. 2023's eq. 4; chapter 8's exercise 7 derives
+    it). Computed in log space, so a small beta does not overflow. Sweeping beta traces the best
+    reward reachable at each KL: the reward-against-KL frontier.
 
     Args:
         reference_probs: ``(K,)``, positive, summing to one.
