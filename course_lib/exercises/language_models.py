@@ -329,7 +329,7 @@ _BPB_SLIPS = (
 )
 
 
-# 5. temperature_top_k --------------------------------------------------------------------------
+# 8. temperature_top_k --------------------------------------------------------------------------
 
 
 def temperature_top_k(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
@@ -398,7 +398,7 @@ _TOP_K_SLIPS = (
 )
 
 
-# 6. top_p_filter -------------------------------------------------------------------------------
+# 9. top_p_filter -------------------------------------------------------------------------------
 
 #: The statement's tolerance: a cumulative mass within this much below ``p`` has reached ``p``.
 TOP_P_TOLERANCE = 1e-6
@@ -422,6 +422,23 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # vocabulary order
     return logits.masked_fill(~keep, float("-inf"))
 
+
+
+def _top_p_split(logits: torch.Tensor, sums32: bool) -> float:
+    """A ``p`` at which float64 and float32 arithmetic keep different tokens of ``logits`` (1, V).
+
+    Float32 probabilities (summed in float32 when ``sums32``, else in float64) put the mass
+    ranked above token ``k`` at ``above64[k] + diff[k]``; ``p - 1e-6`` halfway between the two
+    puts the exact mass and the float32 one on different sides of the statement's threshold.
+    """
+    probs64 = torch.softmax(logits.double(), dim=-1)[0].sort(descending=True, stable=True)[0]
+    probs32 = torch.softmax(logits.float(), dim=-1)[0].sort(descending=True, stable=True)[0]
+    above64 = probs64.cumsum(0) - probs64
+    above32 = (probs32.cumsum(0) - probs32).double() if sums32 else \
+        probs32.double().cumsum(0) - probs32.double()
+    diff = (above32 - above64)[1:above64.numel() // 2]
+    k = 1 + int(diff.abs().argmax())
+    return above64[k].item() + TOP_P_TOLERANCE + diff[k - 1].item() / 2
 
 
 def _top_p_cases() -> list[Case]:
@@ -456,6 +473,22 @@ def _top_p_cases() -> list[Case]:
         # probabilities 0.1 each: p = 0.3 is reached exactly by the first three (vocabulary order)
         return {"logits": torch.zeros(1, 10, dtype=f64), "p": 0.3}
 
+    def many_ties() -> dict[str, Any]:
+        # runs of equal logits in a long row: torch's default (unstable) sort reorders them
+        v = 2 * pick(69, 400, 800)
+        levels = torch.randint(0, 4, (2, v), generator=gen(69)).to(f32)
+        return {"logits": levels, "p": 0.3 + 0.4 * pick(70, 0, 10) / 10}
+
+    def float32_sums(seed: int, sums32: bool) -> Inputs:
+        # a flat float32 row of a few thousand tokens and p set where the mass ranked above one
+        # token, in float64, lies on one side of p - 1e-6 and, with float32 probabilities (and
+        # float32 sums when sums32), on the other: only float64 probabilities and sums keep the
+        # stated tokens
+        def inputs() -> dict[str, Any]:
+            logits = randn(seed, 1, 2048 + pick(seed, 0, 2048), scale=0.3)
+            return {"logits": logits, "p": _top_p_split(logits, sums32)}
+        return inputs
+
     return [
         Case("float32, (batch, vocabulary), p = 0.9", build(61, (4, 40), f32, 0.9)),
         Case("float64, batch size 1, p = 0.5", build(62, (1, 25), f64, 0.5)),
@@ -468,6 +501,11 @@ def _top_p_cases() -> list[Case]:
         Case("float32, the most probable token has exactly p", boundary32_first),
         Case("float64, equal probabilities, exactly p", boundary64),
         Case("float64, a 3-D batch (B, T, V), p = 0.7", build(66, (2, 3, 12), f64, 0.7)),
+        Case("float32, long runs of equal probabilities (vocabulary order)", many_ties),
+        Case("float32, thousands of tokens: float64 sums needed at the boundary",
+             float32_sums(71, True)),
+        Case("float32, thousands of tokens: float64 probabilities needed at the boundary",
+             float32_sums(72, False)),
     ]
 
 
@@ -519,7 +557,37 @@ def _top_p_keeps_ties(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits if p >= 1 else logits.masked_fill(~keep, float("-inf"))
 
 
+def _top_p_unstable(logits: torch.Tensor, p: float) -> torch.Tensor:
+    # the statement's rule, but torch's default sort: equal probabilities in any order
+    if p >= 1:
+        return logits
+    probs = torch.softmax(logits.double(), dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < p - TOP_P_TOLERANCE
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _top_p_float32(logits: torch.Tensor, p: float, sums32: bool = True) -> torch.Tensor:
+    # the statement's rule, but probabilities (and sums when sums32) in float32
+    if p >= 1:
+        return logits
+    probs = torch.softmax(logits.float(), dim=-1)
+    probs = probs if sums32 else probs.double()
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < p - TOP_P_TOLERANCE
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
 _TOP_P_SLIPS = (
+    Slip("sort with stable=True: equal probabilities must be taken in vocabulary order, and "
+         "torch's default sort may reorder them", _top_p_unstable),
+    Slip("compute the probabilities (softmax of logits.double()) and their sums in float64: over "
+         "thousands of tokens, float32 arithmetic moves the mass ranked above a token across "
+         "p - 1e-6", _top_p_float32),
     Slip("p = 1 keeps every token, also one whose probability is below the tolerance",
          _top_p_tolerance_at_one),
     Slip("equal probabilities are taken in vocabulary order (a stable sort): keep only as many "
@@ -532,7 +600,7 @@ _TOP_P_SLIPS = (
 )
 
 
-# 7. generation_cost ----------------------------------------------------------------------------
+# 5. generation_cost ----------------------------------------------------------------------------
 
 
 def _cost_cases() -> list[Case]:
@@ -589,7 +657,7 @@ _COST_SLIPS = (
 )
 
 
-# 8. cached_chunk_attention ---------------------------------------------------------------------
+# 6. cached_chunk_attention ---------------------------------------------------------------------
 
 
 def cached_chunk_attention(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
@@ -683,14 +751,13 @@ _CHUNK_SLIPS = (
 )
 
 
-# 9. length_normalisation (question) ------------------------------------------------------------
+# 7. length_normalisation (question) ------------------------------------------------------------
 
 
 _LENGTH_NORMALISATION = Question(
     id="language_models.length_normalisation", choices="abcd",
-    hint=("take the line A of highest s and a shorter line B of the same beam: s_B <= s_A < "
-          "0 and n_B^alpha <= n_A^alpha; compare s_B / n_B^alpha with s_A / n_A^alpha in "
-          "general, not on examples"))
+    hint=("reason in general, for every alpha > 0 and every beam, not from an example: the "
+          "sign of s matters"))
 
 
 # 10. max_copy_length ---------------------------------------------------------------------------
