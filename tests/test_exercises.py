@@ -131,6 +131,7 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "seq2seq.collision_loss": {0},
     "seq2seq.greedy_decode": {1, 2},
     "self_attention.cached_attention_step": {3},
+    "language_models.top_p_filter": {1},  # float32 arithmetic: only a crafted p shows it
     "transformer.feed_forward": {1},
     "transformer.layer_norm": {1},
     "transformer.decoder_masks": {3},
