@@ -135,10 +135,10 @@ def test_the_best_cross_attention_heads_read_the_year_and_the_day(built_book: Pa
     assert value("ch3_cross_day_share") > 0.6  # 0.99
 
 
-def test_the_encoder_self_attention_is_diffuse(built_book: Path) -> None:
-    """Section 4, the encoder's first layer: no weight near 1, unlike the cross-attention."""
-    assert value("ch3_encoder_max_weight") < 0.6  # 0.39
-    assert value("ch3_encoder_max_weight") < value("ch3_cross_day_share")
+def test_the_encoder_self_attention_largest_weight_is_a_weight(built_book: Path) -> None:
+    """Section 4, the encoder's first layer: the figure's alt text gives its largest weight (no
+    claim that the maps are diffuse: that changed with the training run, 0.39 and then 0.88)."""
+    assert 0.0 < value("ch3_encoder_max_weight") <= 1.0  # 0.88
 
 
 def test_each_memory_slot_fires_on_some_characters_only(built_book: Path) -> None:

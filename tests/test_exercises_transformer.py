@@ -7,9 +7,10 @@ sqrt(d), inverted masks, swapped norms, keys and values from the wrong place) an
 chapter 2's or chapter 3's layers is flagged. The questions are checked with every chapter's in
 tests/test_questions.py. Here: the layer cases never mask a whole query row, and ``mask_tokens``
 is graded by its properties, so a correct solution that draws in another order passes; the
-notebook's ``given_self_attention`` has exactly the bug of ``masked_self_attention``'s first slip
-and passes its visible test (the student's own test must catch it); ``design_layer``'s counts
-agree with a built layer's parameters and with torch's FLOP counter.
+notebook's ``given_self_attention`` (heads cut across positions) has exactly the bug of
+``masked_self_attention``'s first slip and passes its visible test (the student's own test must
+catch it); ``design_layer``'s counts agree with a built layer's parameters and with torch's FLOP
+counter.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ so: ``F.layer_norm`` for ``layer_norm``, ``nn.TransformerEncoderLayer`` and
 course_lib module in the grading sandbox (no ``SANDBOX_MODULES``).
 
 Two exercises ask for something no cell gives: ``masked_self_attention`` (the notebook hands out
-``given_self_attention``, whose causal mask keeps ``j <= t + 1``; the student writes a test that
+``given_self_attention``, whose heads are cut across positions, ``reshape(B, h, T, dh)``, so that
+with several heads a query reads features of later positions; the student writes a test that
 catches it and the fixed function is graded) and ``design_layer`` (the widest layer within a
 parameter budget, its parameter count and its causal forward FLOPs, exact integers).
 
@@ -350,13 +351,17 @@ def masked_self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tenso
 
 
 def _self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
-                    padding: torch.Tensor, diagonal: int | None, keys: bool = True
-                    ) -> torch.Tensor:
-    """Causal self-attention whose mask keeps ``j <= t + diagonal`` (``None``: no causal mask)."""
+                    padding: torch.Tensor, diagonal: int | None, keys: bool = True,
+                    across: bool = False) -> torch.Tensor:
+    """Causal self-attention whose mask keeps ``j <= t + diagonal`` (``None``: no causal mask);
+    ``across``: the heads cut across positions, as in the notebook's ``given_self_attention``."""
     B, T, d = y.shape
     dh = d // n_heads
     q, k, v = (y @ w_qkv.T).split(d, dim=-1)  # each (B, T, d)
-    q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))  # (B, h, T, dh)
+    if across:
+        q, k, v = (z.reshape(B, n_heads, T, dh) for z in (q, k, v))
+    else:
+        q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))
     scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, h, T, T)
     allowed = torch.ones(T, T, dtype=torch.bool)
     if diagonal is not None:
@@ -390,12 +395,15 @@ def _masked_attention_cases() -> list[Case]:
             Case("sizes and lengths drawn for this grading run", drawn)]
 
 
-def _attention_slip(diagonal: int | None, keys: bool = True) -> Callable[..., torch.Tensor]:
+def _attention_slip(diagonal: int | None, keys: bool = True, across: bool = False
+                    ) -> Callable[..., torch.Tensor]:
     return lambda y, w_qkv, w_o, n_heads, padding: _self_attention(
-        y, w_qkv, w_o, n_heads, padding, diagonal, keys)
+        y, w_qkv, w_o, n_heads, padding, diagonal, keys, across)
 
 
 _MASKED_ATTENTION_SLIPS = (
+    Slip("the bug is still there: with several heads, a head's rows must be the T positions "
+         "(here a query reads features of later positions)", _attention_slip(0, across=True)),
     Slip("a query still sees the key right after it: position t attends to position t + 1",
          _attention_slip(1)),
     Slip("every query sees itself (the diagonal is kept): here the first position got no key "
@@ -769,10 +777,12 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
     Exercise(id="transformer.decoder_masks", reference=decoder_masks,
              cases=_decoder_masks_cases, slips=_DECODER_MASKS_SLIPS,
              forbidden=(lm.gpt_attention_mask, lm.bert_attention_mask,
-                        transformer.key_padding_mask, attention.causal_mask)),
+                        transformer.key_padding_mask, attention.causal_mask,
+                        attention.attention_mask)),
     Exercise(id="transformer.masked_self_attention", reference=masked_self_attention,
              cases=_masked_attention_cases, slips=_MASKED_ATTENTION_SLIPS,
-             forbidden=(*_LAYERS, attention.causal_mask, lm.gpt_attention_mask)),
+             forbidden=(*_LAYERS, attention.causal_mask, attention.attention_mask,
+                        lm.gpt_attention_mask)),
     Exercise(id="transformer.decoder_layer", reference=decoder_layer,
              cases=_decoder_layer_cases, slips=_DECODER_LAYER_SLIPS, forbidden=_LAYERS),
     _FFN_SHARE,
