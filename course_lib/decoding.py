@@ -216,12 +216,18 @@ def beam_search_cost(beam_width: int, vocab_size: int, max_new_tokens: int,
     n = check_int("max_new_tokens", max_new_tokens, minimum=0)
     t0 = check_int("prompt_len", prompt_len, minimum=1)
     rows = tokens = widest = 0
-    live = 1  # b_0: the prompt alone
-    for t in range(n):
+    live, t = 1, 0  # b_0: the prompt alone
+    while t < n and live < k and V > 1:  # the beam grows: at most log2(k) + 1 steps
         rows += live
         tokens += live * (t0 + t)
         widest = max(widest, live)
         live = min(k, live * V)  # never forms V^t: live stays at most k
+        t += 1
+    if t < n:  # from step t on the beam holds `live` hypotheses (k, or 1 when V = 1)
+        steps = n - t
+        rows += live * steps
+        tokens += live * (steps * t0 + (t + n - 1) * steps // 2)  # sum of t0 + u, u = t..n-1
+        widest = max(widest, live)
     return rows, tokens, widest * V
 
 

@@ -127,6 +127,31 @@ def test_the_beam_cost_cases_bind_the_beam_width_after_the_first_step() -> None:
     assert binding and large
 
 
+def test_the_beam_cost_cases_are_too_large_to_search_and_count() -> None:
+    """Every hidden case ranks at least 10^8 candidates in all (running a search and counting
+    its calls cannot pass within the grader's time), and some count passes 2^53 (a float answer
+    is not exact); a counting loop over the steps, as a student may write, still passes."""
+    ex = ex1.EXERCISES["seq2seq.beam_cost"]
+    beyond_float = False
+    for case in ex.cases():
+        x = case.inputs()
+        prefixes, tokens, candidates = decoding.beam_search_cost(**x)
+        assert prefixes * x["vocab_size"] >= 10 ** 8, case
+        beyond_float |= tokens > 2 ** 53
+    assert beyond_float
+
+    def counting_loop(beam_width: int, vocab_size: int, max_new_tokens: int,
+                      prompt_len: int) -> tuple[int, int, int]:
+        prefixes = tokens = widest = 0
+        beam = 1
+        for t in range(max_new_tokens):
+            prefixes, tokens = prefixes + beam, tokens + beam * (prompt_len + t)
+            widest, beam = max(widest, beam), min(beam_width, beam * vocab_size)
+        return prefixes, tokens, widest * vocab_size
+
+    assert [r.message for r in grading.evaluate(ex.id, counting_loop)] == [None] * 6
+
+
 def test_the_decoding_visible_tests_need_no_course_lib_module() -> None:
     """greedy_decode's and beam_search's visible tests build their own toy step."""
     for name in ("greedy_decode", "beam_search", "beam_cost"):

@@ -355,32 +355,37 @@ _BEAM_VS_GREEDY = Question(
 
 
 # 5. beam_cost -------------------------------------------------------------------------------
+# Every case is far too large to run a search and count its calls (a million steps, beams of
+# millions, vocabularies of up to a trillion tokens, or an exhaustive beam over 2^40 prefixes),
+# and its counts pass 2^53: only a derivation in exact integers passes. A loop over the n steps
+# that counts (b_{t+1} = min(k, V b_t)) still finishes in about a second per case.
 def _cost_cases() -> list[Case]:
     def narrow() -> dict[str, Any]:  # a beam far narrower than the vocabulary
-        return {"beam_width": pick(1, 2, 6), "vocab_size": pick(2, 1000, 50000),
-                "max_new_tokens": pick(3, 5, 40), "prompt_len": pick(4, 1, 5)}
+        return {"beam_width": pick(1, 2, 6), "vocab_size": pick(2, 10_000, 50_000),
+                "max_new_tokens": pick(3, 200_000, 1_000_000), "prompt_len": pick(4, 1, 5)}
 
     def wide() -> dict[str, Any]:  # V^t < k for the first steps
         V = pick(5, 2, 4)
-        return {"beam_width": pick(6, V ** 2 + 1, V ** 3), "vocab_size": V,
-                "max_new_tokens": pick(7, 4, 8), "prompt_len": pick(8, 1, 3)}
+        return {"beam_width": pick(6, 100_000, 3_000_000), "vocab_size": V,
+                "max_new_tokens": pick(7, 200_000, 1_000_000), "prompt_len": pick(8, 1, 3)}
 
     def exhaustive() -> dict[str, Any]:  # wider than every prefix there is
-        V, n = pick(9, 2, 3), pick(10, 2, 4)
+        V, n = pick(9, 2, 3), pick(10, 40, 60)
         return {"beam_width": V ** n + pick(11, 0, 5), "vocab_size": V, "max_new_tokens": n,
                 "prompt_len": 1}
 
     def greedy() -> dict[str, Any]:
-        return {"beam_width": 1, "vocab_size": pick(12, 3, 100), "max_new_tokens": pick(13, 2, 20),
-                "prompt_len": pick(14, 1, 4)}
+        return {"beam_width": 1, "vocab_size": pick(12, 10_000, 100_000),
+                "max_new_tokens": pick(13, 200_000, 1_000_000), "prompt_len": pick(14, 1, 4)}
 
     def one_step() -> dict[str, Any]:
-        return {"beam_width": pick(15, 2, 8), "vocab_size": pick(16, 2, 30), "max_new_tokens": 1,
-                "prompt_len": pick(17, 1, 4)}
+        return {"beam_width": pick(15, 2, 8), "vocab_size": pick(16, 10 ** 9, 10 ** 12),
+                "max_new_tokens": 1, "prompt_len": pick(17, 1, 4)}
 
     def long_prompt() -> dict[str, Any]:
-        return {"beam_width": pick(18, 3, 10), "vocab_size": pick(19, 2, 5),
-                "max_new_tokens": pick(20, 3, 9), "prompt_len": pick(21, 10, 60)}
+        return {"beam_width": pick(18, 1000, 100_000), "vocab_size": pick(19, 2, 5),
+                "max_new_tokens": pick(20, 100_000, 500_000),
+                "prompt_len": pick(21, 100_000, 1_000_000)}
 
     return [Case("a narrow beam over a large vocabulary", narrow),
             Case("a beam wider than the first steps' prefixes", wide),
@@ -389,20 +394,31 @@ def _cost_cases() -> list[Case]:
             Case("a long prompt", long_prompt)]
 
 
+def _cost_counts(k: int, V: int, n: int, t0: int, always_k: bool = False) -> tuple[int, int, int]:
+    """(prefixes, sum over steps of b_t t, widest beam) in closed form: the beam grows for at
+    most log2(k) + 1 steps, then holds k (or 1 when V = 1). Plain Python, no reference."""
+    rows = offsets = widest = 0
+    live, t = (k if always_k else 1), 0
+    while t < n and live < k and V > 1:
+        rows, offsets, widest = rows + live, offsets + live * t, max(widest, live)
+        live, t = min(k, live * V), t + 1
+    if t < n:
+        steps = n - t
+        rows, offsets, widest = (rows + live * steps,
+                                 offsets + live * ((t + n - 1) * steps // 2), max(widest, live))
+    return rows, offsets, widest
+
+
 def _cost_slip(kind: str) -> Any:
     """``beam_search_cost`` with one thing counted differently (torch-free, no reference)."""
     def cost(beam_width: int, vocab_size: int, max_new_tokens: int,
              prompt_len: int) -> tuple[int, int, int]:
-        rows = tokens = widest = 0
-        live = beam_width if kind == "always_k" else 1
-        for t in range(max_new_tokens + (kind == "one_more_step")):
-            rows += live
-            tokens += live * ({"no_prompt": t, "after_step": prompt_len + t + 1}.get(
-                kind, prompt_len + t))
-            widest = max(widest, live)
-            live = beam_width if kind == "always_k" else min(beam_width, live * vocab_size)
-        peak = beam_width * vocab_size if kind == "peak_k" else widest * vocab_size
-        return rows, tokens, peak if max_new_tokens else 0
+        k, V, n, t0 = beam_width, vocab_size, max_new_tokens, prompt_len
+        rows, offsets, widest = _cost_counts(k, V, n + (kind == "one_more_step"), t0,
+                                             always_k=kind == "always_k")
+        length = {"no_prompt": 0, "after_step": t0 + 1}.get(kind, t0)
+        peak = k * V if kind == "peak_k" else widest * V
+        return rows, offsets + length * rows, peak if n else 0
     return cost
 
 
