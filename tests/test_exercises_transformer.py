@@ -156,6 +156,40 @@ def test_design_layer_returns_none_below_one_head() -> None:
     assert ex3.design_layer(54, 2, 2, 3)["n_heads"] == 1
 
 
+def test_design_layer_takes_any_whole_numbers() -> None:
+    """The statement asks for whole numbers, not Python ints (a rule the grader did not check):
+    numpy integers pass, a wrong count does not."""
+    import numpy as np
+
+    def solution(budget, head_dim, ff_mult, seq_len):  # the notebook's, not the reference
+        def params(d):
+            return 4 * d * d + 4 * d + 2 * d * ff_mult * d + ff_mult * d + d + 4 * d
+
+        h = 0
+        while params((h + 1) * head_dim) <= budget:
+            h += 1
+        if h == 0:
+            return None
+        d, T = h * head_dim, seq_len
+        flops = 2 * T * 4 * d * d + 2 * 2 * (T * (T + 1) // 2) * d + 2 * T * 2 * d * ff_mult * d
+        return {"n_heads": h, "d_model": d, "d_ff": ff_mult * d, "params": params(d),
+                "flops": flops}
+
+    def as_numpy(budget, head_dim, ff_mult, seq_len):
+        got = solution(budget, head_dim, ff_mult, seq_len)
+        return None if got is None else {k: np.int64(v) for k, v in got.items()}
+
+    assert not [r.message for r in grading.evaluate("transformer.design_layer", as_numpy)
+                if r.message]
+
+    def off_by_one(budget, head_dim, ff_mult, seq_len):
+        got = solution(budget, head_dim, ff_mult, seq_len)
+        return None if got is None else {**got, "params": got["params"] + 1}
+
+    assert [r.message for r in grading.evaluate("transformer.design_layer", off_by_one)
+            if r.message]
+
+
 # --------------------------------------------------------------------------------------------
 # The statements allow torch's layers (the layer exercises are warm-ups): the grader agrees
 # --------------------------------------------------------------------------------------------
