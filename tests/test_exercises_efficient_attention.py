@@ -85,9 +85,17 @@ def test_layers_to_connect_reference_measures_the_closed_form() -> None:
                 else:
                     want = math.ceil((n - 1) / hops)
                 assert ex6.layers_to_connect(n, w, r) == want, (n, w, r)
+                assert ex6._layers(n, w, r) == want, (n, w, r)
+                for globals_ in ([0], [n - 1], [n // 2], [1, n - 2]):
+                    assert (ex6._layers(n, w, r, globals_)
+                            == ex6.layers_to_connect(n, w, r, globals_)), (n, w, r, globals_)
     assert ex6.layers_to_connect(33, 2) == 16
     assert ex6.layers_to_connect(30, 1, 1, [12]) == 2
     assert ex6.layers_to_connect(30, 1, 1, [0]) == 1
+    # beyond the measured sizes the reference is the closed form, in exact Python ints
+    n = 3 * 10 ** 17 + 2
+    assert ex6.layers_to_connect(n, 3) == 10 ** 17 + 1
+    assert ex6.layers_to_connect(n, 1, 2) is None
 
 
 def test_positive_random_features_are_unbiased_and_positive() -> None:
