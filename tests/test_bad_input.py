@@ -973,6 +973,12 @@ CASES: dict[str, Entry] = {
             ("empty_batch", "int"),
          "policy_chosen": ("0d", "float64", "list"), "reference_rejected": ("extra_dim",),
          "beta": ("nan", "zero")}),
+    "dpo.dpo_pair_weights": Entry(
+        lambda: (dpo.dpo_pair_weights, _dpo_logprobs()),
+        {"policy_chosen+policy_rejected+reference_chosen+reference_rejected":
+            ("empty_batch", "int"),
+         "policy_chosen": ("0d", "float64", "list"), "reference_rejected": ("extra_dim",),
+         "beta": ("nan", "zero")}),
     "dpo.kl_regularised_optimum": Entry(
         lambda: (dpo.kl_regularised_optimum, {"reference_probs": torch.tensor([0.2, 0.3, 0.5]),
                                               "rewards": torch.tensor([1.0, 0.0, -1.0]),

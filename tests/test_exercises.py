@@ -328,7 +328,7 @@ REFERENCE_CALLS = [
     ("fine_tuning.kl_frontier", lambda reference_probs, rewards, betas:
         dpo.kl_regularised_optimum(reference_probs, rewards, betas), None),
     ("fine_tuning.implicit_rewards", lambda policy_chosen, policy_rejected, reference_chosen,
-     reference_rejected, beta: dpo.implicit_rewards(policy_chosen, policy_rejected,
+     reference_rejected, beta: dpo.dpo_pair_weights(policy_chosen, policy_rejected,
                                                     reference_chosen, reference_rejected, beta),
      None),
 ]

@@ -130,6 +130,25 @@ def test_implicit_rewards_reference_ranks_pairs_by_the_dpo_margin() -> None:
     assert type(acc) is float
 
 
+def test_dpo_pair_weights_are_the_dpo_gradient_per_pair_by_autograd() -> None:
+    """Exercise 9's weights: minus the derivative of each pair's DPO term with respect to the
+    policy's chosen log-probability, over beta (and plus that with respect to the rejected one)."""
+    g = torch.Generator().manual_seed(2)
+    pw, pl, rw, rl = (-30 * torch.rand(20, generator=g, dtype=torch.float64) for _ in range(4))
+    pw, pl = pw.requires_grad_(), pl.requires_grad_()
+    per_pair = -F.logsigmoid(0.4 * ((pw - rw) - (pl - rl)))
+    grad_w, grad_l = torch.autograd.grad(per_pair.sum(), (pw, pl))
+    w, lose, weights = dpo.dpo_pair_weights(pw.detach(), pl.detach(), rw, rl, 0.4)
+    torch.testing.assert_close(weights, -grad_w / 0.4, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(weights, grad_l / 0.4, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w - lose, 0.4 * ((pw - rw) - (pl - rl)).detach())
+    far = dpo.dpo_pair_weights(torch.tensor([-1.0, -2000.0], dtype=torch.float64),
+                               torch.tensor([-2000.0, -1.0], dtype=torch.float64),
+                               torch.zeros(2, dtype=torch.float64),
+                               torch.zeros(2, dtype=torch.float64), 1.0)[2]
+    assert torch.isfinite(far).all() and far[0] < 1e-300 and far[1] == 1.0
+
+
 def _lora_forward_rescaled_b(x, weight, bias, lora_a, lora_b, alpha):
     out = x @ weight.T + (x @ lora_a.T) @ (lora_b * alpha / lora_a.shape[0]).T  # never forms B A
     return out + bias if bias is not None else out
@@ -149,9 +168,9 @@ def test_lora_forward_visible_test_checks_the_scale_at_rank_above_one() -> None:
 
 
 def test_no_cell_before_the_exercises_gives_their_answers_away() -> None:
-    """Issue 30: the optimum pi* is not written between exercise 7 and exercise 9 (exercise 9's
-    statement gives it, after exercise 7's test cell), and implicit_rewards' visible test does
-    not compute a reward in its comments."""
+    """Issue 30: the optimum pi* is not written between exercise 7 and exercise 9, nor after
+    (exercise 9's statement asks to invert the student's own optimum), and implicit_rewards'
+    visible test does not compute a reward in its comments."""
     import nbformat
 
     from tests.conftest import source_notebook, visible_tests
@@ -160,4 +179,6 @@ def test_no_cell_before_the_exercises_gives_their_answers_away() -> None:
     start, end = ids.index("kl_frontier"), ids.index("implicit_rewards") - 1
     between = "".join(c.source for c in nb.cells[start:end] if c.cell_type == "markdown")
     assert "e^{r(x,y)/\\beta}" not in between and "Z(x)" not in between
+    after = "".join(c.source for c in nb.cells[start:] if c.cell_type == "markdown")
+    assert "e^{r" not in after and "tilted" not in after
     assert "0.5 * 2" not in visible_tests("08-fine-tuning", "implicit_rewards")

@@ -7,13 +7,14 @@ pass, merge and parameter count (:mod:`course_lib.lora`), the answer-only loss
 the implicit rewards and the KL-regularised optimum (:mod:`course_lib.dpo`) and the answer
 extraction (:mod:`course_lib.arithmetic`).
 
-Three exercises ask the student to work something out or predict rather than transcribe a
+Four exercises ask the student to work something out or predict rather than transcribe a
 printed formula: ``lora_trainable`` (count an adapter's numbers in a GPT whose heads share keys
 and values, a shape the chapter does not print), ``predict_forgetting`` (predict, then see the
-measurement) and ``kl_frontier`` (derive the optimum of the KL-regularised objective and trace
-its reward-against-KL frontier). ``implicit_rewards`` inverts that optimum into DPO's implicit
-reward, a short step that equation eq-dpo all but shows. ``lora_forward`` is graded on its
-algorithm too (``largest_tensor`` and the memory probe): forming the product ``B A`` fails.
+measurement), ``kl_frontier`` (derive the optimum of the KL-regularised objective and trace its
+reward-against-KL frontier) and ``implicit_rewards`` (invert that optimum into DPO's implicit
+reward, a short step, and derive how much DPO's gradient weighs each pair, stable when the
+rewards are far apart). ``lora_forward`` is graded on its algorithm too (``largest_tensor`` and
+the memory probe): forming the product ``B A`` fails.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -622,68 +623,116 @@ def _implicit_cases() -> list[Case]:
         Case("float64, some pairs where the policy is the reference (ties)",
              build(320, (5, 9), 1.0, f64, ties=3)),
         Case("float32, batch size 1, beta = 2", build(330, (1, 1), 2.0)),
+        Case("float64, rewards hundreds apart, both ways", _far_apart),
     ]
+
+
+def _far_apart() -> dict[str, Any]:
+    """Pairs whose rewards differ by 200 to 1,500, some each way (log-probabilities stay
+    negative): e^m / (1 + e^m) overflows float64 for the pairs ranked wrong and gives NaN."""
+    n = pick(340, 4, 8)
+    gap = 200.0 + 1300.0 * torch.rand(n, generator=gen(341), dtype=f64)
+    sign = torch.where(torch.arange(n) % 2 == 0, 1.0, -1.0).to(f64)
+    ref = -5.0 - 20.0 * torch.rand(2, n, generator=gen(342), dtype=f64)
+    return {"policy_chosen": ref[0] - gap * (sign < 0),
+            "policy_rejected": ref[1] - gap * (sign > 0),
+            "reference_chosen": ref[0], "reference_rejected": ref[1], "beta": 1.0}
+
+
+_Rewards = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _with_weights(w: torch.Tensor, lose: torch.Tensor) -> _Rewards:
+    return w, lose, torch.sigmoid(lose - w)
 
 
 def _implicit_policy_only(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                           reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                          beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w, lose = beta * policy_chosen, beta * policy_rejected
-    return w, lose, float((w > lose).double().mean())
+                          beta: float) -> _Rewards:
+    return _with_weights(beta * policy_chosen, beta * policy_rejected)
 
 
 def _implicit_no_beta(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                       reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                      beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w, lose = policy_chosen - reference_chosen, policy_rejected - reference_rejected
-    return w, lose, float((w > lose).double().mean())
+                      beta: float) -> _Rewards:
+    return _with_weights(policy_chosen - reference_chosen, policy_rejected - reference_rejected)
 
 
 def _implicit_reversed(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                        reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                       beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w, lose = beta * (reference_chosen - policy_chosen), beta * (reference_rejected -
-                                                                 policy_rejected)
-    return w, lose, float((w > lose).double().mean())
+                       beta: float) -> _Rewards:
+    return _with_weights(beta * (reference_chosen - policy_chosen),
+                         beta * (reference_rejected - policy_rejected))
 
 
-def _implicit_ties_count(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+def _rewards(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+             reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+             beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return beta * (policy_chosen - reference_chosen), beta * (policy_rejected - reference_rejected)
+
+
+def _weights_flipped(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                     reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                     beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, torch.sigmoid(w - lose)
+
+
+def _weights_times_beta(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                        reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                        beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, beta * torch.sigmoid(lose - w)
+
+
+def _weights_of_the_mean(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                          reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                         beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
-                                                                 reference_rejected)
-    return w, lose, float((w >= lose).double().mean())
+                         beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, torch.sigmoid(lose - w) / len(w)
 
 
-def _implicit_count(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
-                    reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                    beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w, lose = beta * (policy_chosen - reference_chosen), beta * (policy_rejected -
-                                                                 reference_rejected)
-    return w, lose, float((w > lose).double().sum())
+def _weights_the_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                      beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, -F.logsigmoid(w - lose)
 
 
-def _implicit_ratio(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
-                    reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
-                    beta: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    w = beta * (policy_chosen - reference_chosen).exp()
-    lose = beta * (policy_rejected - reference_rejected).exp()
-    return w, lose, float((w > lose).double().mean())
+def _weights_unscaled_margin(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                             reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                             beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, torch.sigmoid((lose - w) / beta)
+
+
+def _weights_naive_exp(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                       reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                       beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    e = torch.exp(lose - w)
+    return w, lose, e / (1 + e)
 
 
 _IMPLICIT_SLIPS = (
     Slip("the reward is measured against the reference: beta (log pi - log pi_ref); a "
          "completion the reference already liked is not rewarded for it", _implicit_policy_only),
-    Slip("solving pi* = pi_ref exp(r / beta) / Z for r gives beta times the log-ratio",
+    Slip("solving your optimum of exercise 7 for r gives beta times the log-ratio",
          _implicit_no_beta),
-    Slip("the reward is beta log(pi / pi_ref): it grows as the policy raises a completion above "
-         "the reference", _implicit_reversed),
-    Slip("a tie is not a win: the chosen completion must get the strictly larger reward",
-         _implicit_ties_count),
-    Slip("the accuracy is the share of pairs, between 0 and 1, not their number",
-         _implicit_count),
-    Slip("the reward is beta times the log of the ratio pi / pi_ref, not of the ratio itself",
-         _implicit_ratio),
+    Slip("the reward grows as the policy raises a completion above the reference",
+         _implicit_reversed),
+    Slip("the weight shrinks as the pair gets ranked right: a pair whose chosen completion "
+         "already has the much larger reward barely moves the policy", _weights_flipped),
+    Slip("the chain rule brings a factor beta out of the sigmoid's argument: divide the "
+         "derivative by beta", _weights_times_beta),
+    Slip("the weight is the derivative of the pair's own term, before the mean over pairs",
+         _weights_of_the_mean),
+    Slip("the weight is minus the derivative of the pair's loss, not the loss itself",
+         _weights_the_loss),
+    Slip("the sigmoid's argument is the difference of the rewards, which already carry beta",
+         _weights_unscaled_margin),
+    Slip("e^m / (1 + e^m) overflows when the rewards are far apart: use a sigmoid (or write the "
+         "weight with e^-|m|)", _weights_naive_exp),
 )
 
 
@@ -773,8 +822,8 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
              cases=_frontier_cases, slips=_FRONTIER_SLIPS),
     Exercise(id="fine_tuning.dpo_loss", reference=dpo.dpo_loss, cases=_dpo_cases,
              slips=_DPO_SLIPS),
-    Exercise(id="fine_tuning.implicit_rewards", reference=dpo.implicit_rewards,
-             cases=_implicit_cases, slips=_IMPLICIT_SLIPS),
+    Exercise(id="fine_tuning.implicit_rewards", reference=dpo.dpo_pair_weights,
+             cases=_implicit_cases, slips=_IMPLICIT_SLIPS, forbidden=(dpo.implicit_rewards,)),
     Exercise(id="fine_tuning.extract_answer", reference=arithmetic.extract_answer,
              cases=_extract_cases, slips=_EXTRACT_SLIPS, forbidden=(arithmetic.score_answers,),
              call=extract_all),
