@@ -212,7 +212,8 @@ def compute_optimal(flops: float, E: float = CHINCHILLA.E, A: float = CHINCHILLA
     r"""The ``(N, D)`` that minimise :math:`E + A/N^\alpha + B/D^\beta` under :math:`6ND = C`.
 
     Setting the derivative along :math:`D = C/(6N)` to zero gives
-    :math:`\alpha A N^{-\alpha} = \beta B D^{-\beta}` (chapter 5's exercise 6 solves it). ``E`` does not move the optimum (it is accepted for a uniform signature).
+    :math:`\alpha A N^{-\alpha} = \beta B D^{-\beta}` (chapter 5's exercise 6 solves it).
+    ``E`` does not move the optimum (it is accepted for a uniform signature).
 
     Example:
         >>> n, d = compute_optimal(5.76e23)  # Gopher's budget, with the approach-3 parameters

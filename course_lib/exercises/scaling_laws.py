@@ -27,7 +27,7 @@ reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -307,7 +307,7 @@ def _optimal_cases() -> list[Case]:
 _OPTIMAL_RTOL = 1e-10
 
 
-def _optimal_diagnose(inputs: dict[str, Any], got: Any, expected: Any) -> str | None:
+def _optimal_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
     try:
         close = all(abs(float(g) / float(e) - 1) < 1e-5 for g, e in zip(got, expected))
     except (TypeError, ValueError, ZeroDivisionError):
@@ -390,7 +390,7 @@ def _isoflop_cases() -> list[Case]:
     ]
 
 
-def _isoflop_diagnose(inputs: dict[str, Any], got: Any, expected: Any) -> str | None:
+def _isoflop_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
     try:
         close = all(abs(float(g) / float(e) - 1) < 1e-3 for g, e in zip(got, expected))
     except (TypeError, ValueError, ZeroDivisionError):
