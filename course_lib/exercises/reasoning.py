@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -166,6 +167,10 @@ def _bias_cases() -> list[Case]:
         n = pick(720, 3, 300)
         return build(721, 7, n, pick(722, 2, n))()
 
+    def huge() -> dict[str, Any]:
+        p = 0.001 + 0.2 * torch.rand(6, generator=gen(723), dtype=f64)  # biases well above 0
+        return {"p": p, "n": 10**9, "k": pick(724, 10, 30)}
+
     return [
         Case("k = 1", build(700, 5, 12, 1)),
         Case("small n and k", build(701, 6, 5, 3)),
@@ -175,16 +180,29 @@ def _bias_cases() -> list[Case]:
                                                "n": 40, "k": 6}),
         Case("n = 2,000 (binomial coefficients beyond float64)", build(703, 6, 2000, 50)),
         Case("n and k drawn for this grading run", drawn),
+        # No sum over the n + 1 counts fits the grader's memory and minute here, and the bias
+        # (about 1e-9) is compared relatively: the exact expectation, or its expansion in 1/n.
+        Case("n = 10^9, compared to a relative 1e-7", huge, rtol=1e-7, atol=0.0),
     ]
 
 
 def _plug_in_expectation(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """E[1 - (1 - c/n)^k] over c ~ Binomial(n, p), in log space (a slip's helper)."""
-    q = p.to(f64)[..., None]
-    c = torch.arange(n + 1, dtype=f64)
-    log_pmf = (torch.lgamma(torch.tensor(n + 1.0, dtype=f64)) - torch.lgamma(c + 1)
-               - torch.lgamma(n - c + 1) + torch.xlogy(c, q) + torch.xlogy(n - c, 1 - q))
-    return 1 - (log_pmf.exp() * (1 - c / n) ** k).sum(-1)
+    """E[1 - (1 - c/n)^k] over c ~ Binomial(n, p), exactly (a slip's helper; never a reference):
+    with m = n - c ~ Binomial(n, q), E[m^k] = sum_j S(k, j) n (n - 1) ... (n - j + 1) q^j."""
+    stirling = [1]
+    for i in range(1, k + 1):
+        stirling = [0] + [j * (stirling[j] if j < i else 0) + stirling[j - 1]
+                          for j in range(1, i + 1)]
+    falling = [1]
+    for j in range(k):
+        falling.append(falling[-1] * (n - j))
+    out = []
+    for value in p.to(f64).flatten().tolist():
+        q = 1 - Fraction(value)
+        a, b = q.numerator, q.denominator
+        moment = sum(stirling[j] * falling[j] * a ** j * b ** (k - j) for j in range(k + 1))
+        out.append(float(1 - Fraction(moment, b ** k * n ** k)))
+    return torch.tensor(out, dtype=f64).reshape(p.shape)
 
 
 def _bias_zero(p: torch.Tensor, n: int, k: int) -> torch.Tensor:
