@@ -127,8 +127,9 @@ def test_the_pass_at_k_answer_matches_the_shipped_runs() -> None:
 
 
 def test_plug_in_bias_against_exact_fractions_and_sampling() -> None:
-    """The reference (moments in k + 1 terms) against a direct sum in exact rational arithmetic; the unbiased estimator's expectation
-    is exactly the true pass@k, the plug-in's falls short (Jensen)."""
+    """The reference (moments in k + 1 terms) against a direct sum in exact rational arithmetic;
+    the unbiased estimator's expectation is exactly the true pass@k, the plug-in's falls short
+    (Jensen)."""
     for p, n, k in [(Fraction(1, 3), 7, 3), (Fraction(1, 10), 30, 12), (Fraction(7, 8), 12, 12)]:
         weights = [math.comb(n, c) * p ** c * (1 - p) ** (n - c) for c in range(n + 1)]
         plug = sum(w * (1 - (1 - Fraction(c, n)) ** k) for c, w in enumerate(weights))
