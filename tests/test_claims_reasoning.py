@@ -51,7 +51,7 @@ def test_many_samples(built_book: Path) -> None:
     assert value("ch9_live_passn") > 0.85  # 0.953
     assert abs(value("ch9_live_voten") - value("ch9_live_vote1")) < 0.15  # 0.484, 0.438
     assert value("ch9_live_passn") - value("ch9_live_pass1") > 0.3
-    assert value("ch9_live_format") > 0.9  # 0.979 (glued, not cited: exercise 4 no longer quotes it)
+    assert value("ch9_live_format") > 0.9  # 0.979 (glued, no longer quoted by exercise 4)
 
 
 def test_the_plug_in_estimate_is_biased_low_and_the_unbiased_one_is_not(built_book: Path) -> None:
@@ -65,8 +65,9 @@ def test_the_plug_in_estimate_is_biased_low_and_the_unbiased_one_is_not(built_bo
 
 
 def test_k3_as_a_loss_gives_the_other_divergences_gradient(built_book: Path) -> None:
-    """Section 5, after the ablations: used as a loss, k3's expected gradient is that of KL(pi_ref || pi) ("agree to
-    rounding") and differs from KL(pi || pi_ref)'s "by up to X here"."""
+    """Section 5, after the ablations: used as a loss, k3's expected gradient is that of
+    KL(pi_ref || pi) ("agree to rounding") and differs from KL(pi || pi_ref)'s "by up to X
+    here"."""
     assert value("ch9_k3_vs_reverse") < 1e-12  # 0.0
     assert value("ch9_k3_vs_exact") > 0.05  # 0.128
 
@@ -74,7 +75,8 @@ def test_k3_as_a_loss_gives_the_other_divergences_gradient(built_book: Path) -> 
 def test_the_format_only_reward_leaves_accuracy_where_it_was(built_book: Path) -> None:
     """Section 3: the format reward starts and ends near 1; most groups have equal rewards;
     "pass@1 moves by less than twice its standard error" (the cell prints both with their
-    standard errors; exercise 4's answer, b); "the correctness reward moves it by several points"."""
+    standard errors; exercise 4's answer, b); "the correctness reward moves it by several
+    points"."""
     assert value("ch9_fmt_reward_first") > 0.95 and value("ch9_fmt_reward_last") > 0.95
     assert value("ch9_fmt_zero_groups") > 0.8  # 0.95
     gap = abs(value("ch9_fmt_pass1_after") - value("ch9_fmt_pass1_before"))  # 0.008
