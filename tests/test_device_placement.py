@@ -757,7 +757,8 @@ EXCLUDED: dict[str, str] = {
         scaling.kaplan_loss_d scaling.kaplan_loss_nd scaling.kaplan_loss_c
         scaling.kaplan_optimal_n scaling.ChinchillaFit.compute_optimal sweep.non_embedding_params
         sweep.learning_rate sweep.make_run sweep.sweep_configs sweep.lr_at training.History.last
-        training.lr_at utils.quick_mode utils.pick
+        training.lr_at utils.quick_mode utils.pick decoding.beam_search_cost
+        seq2seq.collision_loss_bound
         """), _PYTHON),
     "scaling.chinchilla_objective": "numpy arrays in and out: the fit runs in numpy on the CPU",
     "scaling.ChinchillaFit.loss": "numpy arrays in and out: the fitted law evaluated in numpy",
