@@ -215,7 +215,8 @@ def test_the_scan_finds_the_references_when_nothing_is_stripped(tmp_path: Path) 
     build_sandbox_course_lib(dest, [], ["course_lib.bpe", "course_lib.sampling"])
     found = _scan(dest, "language_models", tmp_path)
     for expected in ("language_models.pair_counts: course_lib.bpe.pair_counts",
-                     "language_models.top_p_filter: course_lib.sampling.top_p_filter"):
+                     "language_models.merge: course_lib.bpe.merge",
+                     "language_models.temperature_top_k: course_lib.sampling.filter_logits"):
         assert expected in found, found
 
 
