@@ -51,7 +51,7 @@ class Judge:
         self._expected: dict[tuple[str, int], Any] = {}
         self._cases: dict[str, list[grading.Case]] = {}
         self._inputs: dict[str, list[dict[str, Any]]] = {}
-        self._inputs_probe: dict[tuple[str, int], dict[str, Any]] = {}
+        self._probe_inputs: dict[str, dict[str, Any]] = {}
 
     def _exercise_lock(self, exercise_id: str) -> threading.Lock:
         with self._lock:
@@ -86,10 +86,9 @@ class Judge:
         if probe is None:
             raise grading.GradingError(f"{exercise_id} has no memory probe")
         with self._exercise_lock(exercise_id):
-            key = (exercise_id, -1)
-            if key not in self._inputs_probe:
-                self._inputs_probe[key] = probe.inputs()
-            return self._inputs_probe[key]
+            if exercise_id not in self._probe_inputs:
+                self._probe_inputs[exercise_id] = probe.inputs()
+            return self._probe_inputs[exercise_id]
 
     def probe_input_bytes(self, exercise_id: str) -> int:
         """Bytes of the probe's input tensors (what the sandbox holds before the function runs)."""

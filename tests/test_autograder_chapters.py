@@ -65,7 +65,7 @@ from course_lib.exercises._common import using_secret
 from coursebook.chapters import REPO, Chapter, all_chapters, find_chapter
 from tests.adversarial import memorised, memory
 from tests.adversarial.chapters import released_copy
-from tests.adversarial.generate import _solution_text
+from tests.adversarial.generate import _solution_text, with_solution_cells
 from tests.fixtures.colab.transform import colab_transform
 
 CHAPTERS = [c.slug for c in all_chapters()]  # solutions/NN-slug/slug.ipynb, by glob
@@ -108,14 +108,7 @@ def _copies(chapter: Chapter, spec) -> dict[str, tuple[str, dict[str, float]]]:
     zero = {ex.exercise_id: 0.0 for ex in spec.exercises}
 
     def with_cells(body) -> nbformat.NotebookNode:
-        nb = copy.deepcopy(release)
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("solution") and not meta.get("grade") and meta.get("grade_id") in by_sol:
-                new = body(by_sol[meta["grade_id"]])
-                if new is not None:
-                    cell.source = new
-        return nb
+        return with_solution_cells(release, by_sol, body)
 
     def solution(ex):
         return _solution_text(src[ex.solution_grade_id])

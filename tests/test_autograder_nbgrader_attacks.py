@@ -23,7 +23,6 @@ engine. The hardened engine's own attacks are tests/test_autograder_chapters.py'
 from __future__ import annotations
 
 import base64
-import copy
 import csv
 import io
 import json
@@ -41,7 +40,7 @@ from course_lib import grading
 from coursebook.chapters import REPO, all_chapters
 from tests.adversarial import memorised
 from tests.adversarial.chapters import released_copy
-from tests.adversarial.generate import load
+from tests.adversarial.generate import load, with_solution_cells
 
 
 def _slow(test):
@@ -88,13 +87,7 @@ def _notebooks(chapter, spec) -> dict[str, nbformat.NotebookNode]:
                    if "setup" in c.metadata.get("tags", []))
 
     def with_cells(body, first: str | None = None) -> nbformat.NotebookNode:
-        nb = copy.deepcopy(release)
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("solution") and not meta.get("grade") and meta.get("grade_id") in by_sol:
-                new = body(by_sol[meta["grade_id"]])
-                if new is not None:
-                    cell.source = new
+        nb = with_solution_cells(release, by_sol, body)
         if first is not None:
             nb.cells.insert(setup_at + 1, nbformat.v4.new_code_cell(first))
         return nb

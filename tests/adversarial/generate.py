@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -95,6 +96,20 @@ def renamed_copy(source: str) -> str:
 
 def _solution_text(source_cell: str) -> str:
     return re.sub(r"[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", "", source_cell)
+
+
+def with_solution_cells(release: nbformat.NotebookNode, by_solution: dict[str, Any],
+                        body: Any) -> nbformat.NotebookNode:
+    """A copy of ``release`` whose solution cells are ``body(exercise)`` (left as released where
+    it returns None); ``by_solution`` maps a solution cell's grade_id to its exercise spec."""
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade") and meta.get("grade_id") in by_solution:
+            new = body(by_solution[meta["grade_id"]])
+            if new is not None:
+                cell.source = new
+    return nb
 
 
 def solved_release(release: nbformat.NotebookNode,
