@@ -19,6 +19,7 @@ import csv
 import html
 import json
 import re
+import sys
 import zlib
 from pathlib import Path
 
@@ -271,10 +272,17 @@ def _encoded(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def shell():
-    """IPython's shell, as the sandbox's runner runs student cells."""
+    """IPython's shell, as the sandbox's runner runs student cells. The shell installs its own
+    namespace object as ``sys.modules["__main__"]`` (one without ``__spec__``); the worker's own is
+    put back afterwards, so later tests in the same process can still spawn subprocesses."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    return InteractiveShell.instance()
+    main = sys.modules["__main__"]
+    try:
+        yield InteractiveShell.instance()
+    finally:
+        InteractiveShell.clear_instance()
+        sys.modules["__main__"] = main
 
 
 def _setup(shell, setup: list[str]) -> None:
