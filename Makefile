@@ -80,7 +80,7 @@ book: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=40
 
 # Unit tests and course_lib's docstring examples (pyproject: --doctest-modules): everything not marked slow.
 test-fast: $(STAMP)
