@@ -6,11 +6,10 @@ usual mistakes as a difference from torch's layers (transposed weights, wrong he
 sqrt(d), inverted masks, swapped norms, keys and values from the wrong place) and that calling
 chapter 2's or chapter 3's layers is flagged. The questions are checked with every chapter's in
 tests/test_questions.py. Here: the layer cases never mask a whole query row, and ``mask_tokens``
-is graded by its properties, so a correct solution that draws in another order passes; the
-notebook's ``given_self_attention`` (heads cut across positions) has exactly the bug of
-``masked_self_attention``'s first slip and passes its visible test (the student's own test must
-catch it); ``design_layer``'s counts agree with a built layer's parameters and with torch's FLOP
-counter.
+is graded by its properties, so a correct solution that draws in another order passes;
+``given_reads`` is what the notebook's ``given_self_attention`` (heads cut across positions)
+reads, measured by its Jacobian; ``design_layer``'s counts agree with a layer of the variant
+built from torch modules and with torch's FLOP counter.
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ def test_a_solution_that_ignores_p_fails_on_the_case_with_another_p() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# masked_self_attention: the given function has exactly the bug the first slip names
+# given_reads: the reference is what the given function does, measured by perturbation
 # --------------------------------------------------------------------------------------------
 
 
@@ -106,54 +105,98 @@ def _given_self_attention():
     return namespace["given_self_attention"]
 
 
-def test_the_given_attention_is_the_first_slip_and_passes_the_visible_tests(capsys) -> None:
-    from tests.conftest import run_visible_tests
+def _measured_reads(given, T: int, n_heads: int, head_dim: int = 2) -> torch.Tensor:
+    """[t, j]: the output at t moves when the input at j moves (the Jacobian's blocks)."""
+    d = n_heads * head_dim
+    g = torch.Generator().manual_seed(T * 100 + n_heads)
+    y = torch.randn(1, T, d, dtype=torch.float64, generator=g)
+    w_qkv = torch.randn(3 * d, d, dtype=torch.float64, generator=g)
+    w_o = torch.randn(d, d, dtype=torch.float64, generator=g)
+    padding = torch.ones(1, T, dtype=torch.bool)
+    jac = torch.autograd.functional.jacobian(lambda x: given(x, w_qkv, w_o, n_heads, padding), y)
+    return jac[0, :, :, 0].abs().amax(dim=(1, 3)) > 1e-12  # (T out, T in)
 
+
+@pytest.mark.parametrize("T, n_heads", [(1, 1), (6, 1), (4, 2), (5, 3), (7, 4), (9, 2), (3, 5),
+                                        (8, 8), (10, 6), (12, 5)])
+def test_given_reads_is_what_the_given_function_reads(T, n_heads) -> None:
     given = _given_self_attention()
-    ex = ex3.EXERCISES["transformer.masked_self_attention"]
-    results = grading.evaluate(ex.id, given)
-    failed = [r.message for r in results if r.message]
-    assert failed and all(ex.slips[0].message in m for m in failed)
-    # The statement says so: the visible test does not catch it, the student's own test must.
-    run_visible_tests("03-transformer", "masked_self_attention",
-                      lambda y, w_qkv, w_o, n_heads, padding: given(y, w_qkv, w_o, n_heads,
-                                                                    padding))
-    assert "visible tests passed" in capsys.readouterr().out
+    assert torch.equal(ex3.given_reads(T, n_heads), _measured_reads(given, T, n_heads))
+
+
+def test_the_given_function_passes_the_one_head_property_and_breaks_the_causal_one() -> None:
+    given = _given_self_attention()
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    assert torch.equal(_measured_reads(given, 6, 1), causal)
+    assert (_measured_reads(given, 6, 2) & ~causal).any()
+
+
+def test_the_hidden_cases_reach_long_sequences() -> None:
+    sizes = [case.inputs()["T"] for case in ex3.EXERCISES["transformer.given_reads"].cases()]
+    assert max(sizes) >= 1500
 
 
 # --------------------------------------------------------------------------------------------
-# design_layer: the counts agree with built layers and with torch's FLOP counter
+# design_layer: the counts agree with a built layer of the variant and with torch's FLOP counter
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget, head_dim, ff_mult, seq_len",
-                         [(200, 2, 2, 3), (7_100_000, 64, 4, 1024), (60_000, 8, 1, 7)])
-def test_design_layer_counts_match_a_built_layer(budget, head_dim, ff_mult, seq_len) -> None:
+class _GroupedGatedLayer(torch.nn.Module):
+    """Exercise 8's variant built from torch modules, to count (grouped keys, gated FFN)."""
+
+    def __init__(self, d: int, n_heads: int, n_kv: int, d_ff: int) -> None:
+        super().__init__()
+        self.h, self.kv, self.dh = n_heads, n_kv, d // n_heads
+        self.q, self.o = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.k, self.v = torch.nn.Linear(d, n_kv * self.dh), torch.nn.Linear(d, n_kv * self.dh)
+        self.gate, self.up = torch.nn.Linear(d, d_ff), torch.nn.Linear(d, d_ff)
+        self.down = torch.nn.Linear(d_ff, d)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (1, T, d), the whole score matrix
+        B, T, d = x.shape
+        z = self.norm1(x)
+        q = self.q(z).view(B, T, self.h, self.dh).transpose(1, 2)
+        k = self.k(z).view(B, T, self.kv, self.dh).transpose(1, 2)
+        v = self.v(z).view(B, T, self.kv, self.dh).transpose(1, 2)
+        k = k.repeat_interleave(self.h // self.kv, dim=1)
+        v = v.repeat_interleave(self.h // self.kv, dim=1)
+        scores = (q @ k.transpose(-2, -1)).masked_fill(
+            ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        x = x + self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d))
+        z = self.norm2(x)
+        return x + self.down(torch.relu(self.gate(z)) * self.up(z))
+
+
+@pytest.mark.parametrize("budget, head_dim, group, ff_mult, seq_len",
+                         [(700, 2, 2, 2, 3), (7_100_000, 64, 4, 4, 1024), (60_000, 8, 1, 1, 7),
+                          (90_000, 4, 3, 3, 11)])
+def test_design_layer_counts_match_a_built_layer(budget, head_dim, group, ff_mult,
+                                                 seq_len) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     from course_lib import counting
-    from course_lib import transformer as tf
-    from course_lib.attention import causal_mask
 
-    got = ex3.design_layer(budget, head_dim, ff_mult, seq_len)
+    got = ex3.design_layer(budget, head_dim, group, ff_mult, seq_len)
     assert got is not None
-    h, d, d_ff = got["n_heads"], got["d_model"], got["d_ff"]
-    assert (d, d_ff) == (h * head_dim, ff_mult * h * head_dim)
-    assert got["params"] == counting.encoder_layer_params(d, d_ff) <= budget
-    assert counting.encoder_layer_params(d + head_dim, ff_mult * (d + head_dim)) > budget
+    h, m, d, d_ff = got["n_heads"], got["n_kv_heads"], got["d_model"], got["d_ff"]
+    assert (h, d, d_ff) == (m * group, h * head_dim, ff_mult * h * head_dim)
     with torch.device("meta"):
-        assert counting.count_parameters(tf.EncoderLayer(d, h, d_ff)) == got["params"]
+        assert counting.count_parameters(_GroupedGatedLayer(d, h, m, d_ff)) == got["params"]
+        wider = _GroupedGatedLayer(d + group * head_dim, h + group, m + 1,
+                                   ff_mult * (d + group * head_dim))
+        assert got["params"] <= budget < counting.count_parameters(wider)
     if d <= 64:  # a layer small enough to run: torch counts the whole T x T score matrix
-        layer = tf.EncoderLayer(d, h, d_ff, attn_impl="reference").eval()
+        layer = _GroupedGatedLayer(d, h, m, d_ff)
         with FlopCounterMode(display=False) as counter:
-            layer(torch.randn(1, seq_len, d), causal_mask(seq_len))
+            layer(torch.randn(1, seq_len, d))
         skipped = 2 * 2 * d * (seq_len * seq_len - seq_len * (seq_len + 1) // 2)
         assert counter.get_total_flops() == got["flops"] + skipped
 
 
-def test_design_layer_returns_none_below_one_head() -> None:
-    assert ex3.design_layer(53, 2, 2, 3) is None
-    assert ex3.design_layer(54, 2, 2, 3)["n_heads"] == 1
+def test_design_layer_returns_none_below_one_group() -> None:
+    assert ex3.design_layer(191, 2, 2, 2, 3) is None
+    assert ex3.design_layer(192, 2, 2, 2, 3)["n_heads"] == 2
 
 
 def test_design_layer_takes_any_whole_numbers() -> None:
@@ -161,29 +204,19 @@ def test_design_layer_takes_any_whole_numbers() -> None:
     numpy integers pass, a wrong count does not."""
     import numpy as np
 
-    def solution(budget, head_dim, ff_mult, seq_len):  # the notebook's, not the reference
-        def params(d):
-            return 4 * d * d + 4 * d + 2 * d * ff_mult * d + ff_mult * d + d + 4 * d
+    from tests.conftest import solution
 
-        h = 0
-        while params((h + 1) * head_dim) <= budget:
-            h += 1
-        if h == 0:
-            return None
-        d, T = h * head_dim, seq_len
-        flops = 2 * T * 4 * d * d + 2 * 2 * (T * (T + 1) // 2) * d + 2 * T * 2 * d * ff_mult * d
-        return {"n_heads": h, "d_model": d, "d_ff": ff_mult * d, "params": params(d),
-                "flops": flops}
+    design = solution("03-transformer", "design_layer")
 
-    def as_numpy(budget, head_dim, ff_mult, seq_len):
-        got = solution(budget, head_dim, ff_mult, seq_len)
+    def as_numpy(budget, head_dim, group, ff_mult, seq_len):
+        got = design(budget, head_dim, group, ff_mult, seq_len)
         return None if got is None else {k: np.int64(v) for k, v in got.items()}
 
     assert not [r.message for r in grading.evaluate("transformer.design_layer", as_numpy)
                 if r.message]
 
-    def off_by_one(budget, head_dim, ff_mult, seq_len):
-        got = solution(budget, head_dim, ff_mult, seq_len)
+    def off_by_one(budget, head_dim, group, ff_mult, seq_len):
+        got = design(budget, head_dim, group, ff_mult, seq_len)
         return None if got is None else {**got, "params": got["params"] + 1}
 
     assert [r.message for r in grading.evaluate("transformer.design_layer", off_by_one)

@@ -7,11 +7,14 @@ so: ``F.layer_norm`` for ``layer_norm``, ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` for the two layer exercises (warm-ups). No exercise needs a
 course_lib module in the grading sandbox (no ``SANDBOX_MODULES``).
 
-Two exercises ask for something no cell gives: ``masked_self_attention`` (the notebook hands out
-``given_self_attention``, whose heads are cut across positions, ``reshape(B, h, T, dh)``, so that
-with several heads a query reads features of later positions; the student writes a test that
-catches it and the fixed function is graded) and ``design_layer`` (the widest layer within a
-parameter budget, its parameter count and its causal forward FLOPs, exact integers).
+Two exercises ask for something no cell gives: ``given_reads`` (the notebook hands out
+``given_self_attention``, whose heads are cut across positions, ``reshape(B, h, T, dh)``; the
+student catches it with a test of their own and returns, for any length and number of heads,
+which input positions each output reads: the diagnosis, which no torch layer computes, with
+hidden lengths up to 2,500 where perturbing a copy position by position does not finish) and
+``design_layer`` (the widest layer of a variant torch has no layer for, grouped keys and values
+and a gated FFN, within a parameter budget, its parameter count and its causal forward FLOPs,
+exact integers).
 
 Weights are in ``nn.Linear``'s layout, ``y = x W^T + b`` with ``W`` shaped ``(out, in)``; hidden
 cases use non-square, non-symmetric random weights, so a transposed weight changes the output.
@@ -327,89 +330,60 @@ _DECODER_MASKS_SLIPS = (
 )
 
 
-# 5. masked_self_attention: the given decoder attention, debugged -------------------------------
+# 5. given_reads: which inputs the given decoder attention reads --------------------------------
 
 
-def masked_self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
-                          padding: torch.Tensor) -> torch.Tensor:
-    """Reference: a decoder's causal multi-head self-attention with padded keys hidden.
+def given_reads(T: int, n_heads: int) -> torch.Tensor:
+    """Reference: the input positions each output of the notebook's ``given_self_attention`` reads.
 
-    ``w_qkv`` is ``(3 d, d)``, the query, key and value maps stacked (GPT-2's fused layout),
-    ``w_o`` is ``(d, d)``; no biases; ``padding`` is ``(B, T)``, True at real tokens. Query ``t``
-    sees keys ``j <= t`` that are real. Written in torch here (trusted side only; the slips use
-    their own copy, :func:`_self_attention`).
+    ``given_self_attention`` cuts its heads with ``reshape(B, h, T, dh)``: row ``r`` of head ``i``
+    holds the features of position ``(i T + r) // h``, and the causal mask then keeps rows
+    ``r <= t`` for output ``t``. Returns a boolean ``(T, T)`` tensor, ``[t, j]`` True when the
+    output at ``t`` changes with the input at ``j`` (weights in general position, no padding).
+
+    Example:
+        >>> given_reads(4, 2).int().tolist()
+        [[1, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]]
     """
-    B, T, d = y.shape
-    dh = d // n_heads
-    q, k, v = (y @ w_qkv.T).split(d, dim=-1)  # each (B, T, d)
-    q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))  # (B, h, T, dh)
-    allowed = torch.ones(T, T, dtype=torch.bool).tril() & padding[:, None, None, :]  # (B,1,T,T)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(dh)).masked_fill(~allowed, float("-inf"))
-    out: torch.Tensor = scores.softmax(-1) @ v  # (B, h, T, dh)
-    result: torch.Tensor = out.transpose(1, 2).reshape(B, T, d) @ w_o.T
-    return result
+    rows = torch.arange(T)
+    held = (torch.arange(n_heads)[:, None] * T + rows[None, :]) // n_heads  # (h, T)
+    row_reads = torch.zeros(T, T, dtype=torch.bool)
+    row_reads[rows.repeat(n_heads), held.flatten()] = True  # (rows, positions)
+    reads: torch.Tensor = row_reads.int().cummax(0).values.bool()  # output t: rows 0..t
+    return reads
 
 
-def _self_attention(y: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int,
-                    padding: torch.Tensor, diagonal: int | None, keys: bool = True,
-                    across: bool = False) -> torch.Tensor:
-    """Causal self-attention whose mask keeps ``j <= t + diagonal`` (``None``: no causal mask);
-    ``across``: the heads cut across positions, as in the notebook's ``given_self_attention``."""
-    B, T, d = y.shape
-    dh = d // n_heads
-    q, k, v = (y @ w_qkv.T).split(d, dim=-1)  # each (B, T, d)
-    if across:
-        q, k, v = (z.reshape(B, n_heads, T, dh) for z in (q, k, v))
-    else:
-        q, k, v = (z.reshape(B, T, n_heads, dh).transpose(1, 2) for z in (q, k, v))
-    scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, h, T, T)
-    allowed = torch.ones(T, T, dtype=torch.bool)
-    if diagonal is not None:
-        allowed = allowed.tril(diagonal=diagonal)
-    allowed = allowed & padding[:, None, None, :] if keys else allowed.expand(B, 1, T, T)
-    out: torch.Tensor = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
-    result: torch.Tensor = out.transpose(1, 2).reshape(B, T, d) @ w_o.T  # (B, T, d)
-    return result
+def _given_reads_cases() -> list[Case]:
+    def drawn(seed: int, low: int, high: int, heads: tuple[int, int]) -> Inputs:
+        return lambda: {"T": pick(seed, low, high), "n_heads": pick(seed + 1, *heads)}
+
+    return [Case("two heads, a short sequence", drawn(400, 5, 12, (2, 2))),
+            Case("one head", drawn(410, 2, 40, (1, 1))),
+            Case("more heads than positions", drawn(420, 2, 5, (6, 9))),
+            Case("heads that do not divide the length", lambda: {
+                "T": 7 * pick(430, 3, 30) + 1, "n_heads": 7}),
+            Case("sizes drawn for this grading run", drawn(440, 20, 300, (2, 16))),
+            Case("a long sequence", drawn(450, 1500, 2500, (3, 16)))]
 
 
-def _masked_attention_cases() -> list[Case]:
-    def build(seed: int, B: int, T: int, dh: int, h: int, dtype: torch.dtype,
-              lengths: list[int] | None) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            d = dh * h
-            return {"y": randn(seed, B, T, d, dtype=dtype),
-                    "w_qkv": randn(seed + 1, 3 * d, d, dtype=dtype, scale=d ** -0.5),
-                    "w_o": randn(seed + 2, d, d, dtype=dtype, scale=d ** -0.5),
-                    "n_heads": h, "padding": lengths_mask(lengths or [T] * B, T)}
-        return inputs
-
-    def drawn() -> dict[str, Any]:
-        B, T, h = pick(471, 1, 3), pick(472, 3, 9), pick(473, 1, 4)
-        lengths = torch.randint(1, T + 1, (B,), generator=gen(474)).tolist()
-        return build(475, B, T, pick(476, 2, 5), h, f64, lengths)()
-
-    return [Case("float32, two heads, no padding", build(400, 2, 6, 4, 2, f32, None)),
-            Case("float64, batch size 1, one head", build(410, 1, 5, 3, 1, f64, None)),
-            Case("float32, padded targets, four heads", build(420, 3, 7, 2, 4, f32, [7, 4, 1])),
-            Case("float64, padded targets, three heads", build(430, 2, 8, 2, 3, f64, [5, 8])),
-            Case("sizes and lengths drawn for this grading run", drawn)]
+def _reads_slip(slip: str) -> Callable[..., torch.Tensor]:
+    def wrong(T: int, n_heads: int) -> torch.Tensor:
+        if slip == "causal":
+            return torch.ones(T, T, dtype=torch.bool).tril()
+        # "transposed": the right map, its axes swapped (a copy: a slip never calls a reference)
+        rows = torch.arange(T)
+        held = (torch.arange(n_heads)[:, None] * T + rows[None, :]) // n_heads
+        row_reads = torch.zeros(T, T, dtype=torch.bool)
+        row_reads[rows.repeat(n_heads), held.flatten()] = True
+        return (row_reads.int().cumsum(0) > 0).T.contiguous()
+    return wrong
 
 
-def _attention_slip(diagonal: int | None, keys: bool = True, across: bool = False
-                    ) -> Callable[..., torch.Tensor]:
-    return lambda y, w_qkv, w_o, n_heads, padding: _self_attention(
-        y, w_qkv, w_o, n_heads, padding, diagonal, keys, across)
-
-
-_MASKED_ATTENTION_SLIPS = (
-    Slip("the bug is still there: with several heads, a head's rows must be the T positions "
-         "(here a query reads features of later positions)", _attention_slip(0, across=True)),
-    Slip("a query still sees the key right after it: position t attends to position t + 1",
-         _attention_slip(1)),
-    Slip("every query sees itself (the diagonal is kept): here the first position got no key "
-         "at all", _attention_slip(-1)),
-    Slip("padded keys got weight: hide the keys where padding is False", _attention_slip(0, False)),
-    Slip("there is no causal mask: a query sees every later key", _attention_slip(None)),
+_GIVEN_READS_SLIPS = (
+    Slip("that is what a correct decoder reads (j <= t); the given function reads more: "
+         "look at what its reshape puts in each head's rows", _reads_slip("causal")),
+    Slip("rows and columns are swapped: [t, j] is True when the OUTPUT at t reads the INPUT at j",
+         _reads_slip("transposed")),
 )
 
 
@@ -497,96 +471,106 @@ _FFN_SHARE = Question(
           "between d and d_ff = 4 d features"))
 
 
-# 8. design_layer: the widest layer in a parameter budget, its parameters and FLOPs ---------------
+# 8. design_layer: the widest grouped-query, gated layer in a parameter budget ---------------------
 
 
-def _layer_count(d: int, d_ff: int, seq_len: int, slip: str = "") -> tuple[int, int]:
-    """``(params, flops)`` of one GPT-style layer; ``slip`` names one mistake (trusted side)."""
-    attn = 4 * d * d + (0 if slip == "no biases" else 4 * d)
-    ffn = 2 * d * d_ff + (0 if slip == "no biases" else d_ff + d)
+def _layer_count(d: int, kv: int, d_ff: int, seq_len: int, slip: str = "") -> tuple[int, int]:
+    """``(params, flops)`` of one layer of exercise 8's variant: queries and output ``d x d``,
+    keys and values ``kv x d``, a gated FFN of three maps; ``slip`` names one mistake."""
+    if slip == "full keys":
+        kv = d
+    biases = slip != "no biases"
+    attn = 2 * d * d + 2 * kv * d + (2 * d + 2 * kv if biases else 0)
+    maps = 2 if slip == "two ffn maps" else 3
+    ffn = maps * d * d_ff + ((maps - 1) * d_ff + d if biases else 0)
     norms = 0 if slip == "no norms" else 4 * d
     T = seq_len
     pairs = T * T if slip == "full square" else T * (T + 1) // 2  # (query, key) pairs computed
     scores = 0 if slip == "no scores" else 2 * (2 * pairs * d)  # q.k and the weighted values
-    flops = 2 * T * 4 * d * d + scores + 2 * T * 2 * d * d_ff
+    flops = 2 * T * (2 * d * d + 2 * kv * d) + scores + 2 * T * maps * d * d_ff
     return attn + ffn + norms, flops // 2 if slip == "one per multiply-add" else flops
 
 
-def design_layer(budget: int, head_dim: int, ff_mult: int, seq_len: int
+def design_layer(budget: int, head_dim: int, group: int, ff_mult: int, seq_len: int
                  ) -> dict[str, int] | None:
-    """Reference: the widest GPT-style layer of at most ``budget`` parameters.
+    """Reference: the widest layer of exercise 8's variant with at most ``budget`` parameters.
 
-    ``d_model = n_heads * head_dim`` with the most heads that fit, ``d_ff = ff_mult * d_model``;
-    every linear map has a bias, each of the two LayerNorms a gain and a shift. ``flops`` counts
-    2 per multiply-add of the matrix products of one forward pass over ``seq_len`` tokens, the
-    attention only over the (query, key) pairs the causal mask keeps. ``None`` when not even one
-    head fits.
-
-    Example:
-        >>> design_layer(200, head_dim=2, ff_mult=2, seq_len=3)
-        {'n_heads': 2, 'd_model': 4, 'd_ff': 8, 'params': 172, 'flops': 864}
+    ``n_heads`` query heads of width ``head_dim`` (a multiple of ``group``), one key and one value
+    head per ``group`` query heads; ``d_ff = ff_mult * d_model``; every map with a bias, two
+    LayerNorms. ``flops``: 2 per multiply-add of the matrix products of one forward pass over
+    ``seq_len`` tokens, the attention over the pairs the causal mask keeps. ``None`` when not
+    even ``group`` heads fit.
     """
-    def params(d: int) -> int:
-        return (4 * d * d + 4 * d) + (2 * d * ff_mult * d + ff_mult * d + d) + 4 * d
+    best = None
+    m = 1
+    while True:
+        h = m * group
+        d, kv = h * head_dim, m * head_dim
+        params, flops = _layer_count(d, kv, ff_mult * d, seq_len)
+        if params > budget:
+            return best
+        best = {"n_heads": h, "n_kv_heads": m, "d_model": d, "d_ff": ff_mult * d,
+                "params": params, "flops": flops}
+        m += 1
 
-    heads = 0
-    while params((heads + 1) * head_dim) <= budget:
-        heads += 1
-    if heads == 0:
-        return None
-    d, T = heads * head_dim, seq_len
-    d_ff = ff_mult * d
-    flops = 2 * T * 4 * d * d + 2 * 2 * (T * (T + 1) // 2) * d + 2 * T * 2 * d * d_ff
-    return {"n_heads": heads, "d_model": d, "d_ff": d_ff, "params": params(d), "flops": flops}
 
-
-def _design(budget: int, head_dim: int, ff_mult: int, seq_len: int, slip: str
+def _design(budget: int, head_dim: int, group: int, ff_mult: int, seq_len: int, slip: str
             ) -> dict[str, int] | None:
     """:func:`design_layer` with the mistake ``slip``, for the slips (trusted side)."""
     best = None
-    h = 1
+    m = 1
     while True:
-        d = h * head_dim
-        params, flops = _layer_count(d, ff_mult * d, seq_len, slip)
+        h = m * group
+        d, kv = h * head_dim, m * head_dim
+        params, flops = _layer_count(d, kv, ff_mult * d, seq_len, slip)
         fits = params < budget if slip == "strict" else params <= budget
         if not fits:
             return best
-        best = {"n_heads": h, "d_model": d, "d_ff": ff_mult * d, "params": params,
-                "flops": flops}
-        h += 1
+        best = {"n_heads": h, "n_kv_heads": m, "d_model": d, "d_ff": ff_mult * d,
+                "params": params, "flops": flops}
+        m += 1
 
 
 def _design_cases() -> list[Case]:
     def exact(seed: int, below: int) -> Inputs:
         def inputs() -> dict[str, Any]:
-            head_dim, ff_mult, h = 8 * pick(seed, 1, 8), pick(seed + 1, 1, 4), pick(seed + 2, 2, 40)
-            d = h * head_dim
-            params, _ = _layer_count(d, ff_mult * d, 1)
-            return {"budget": params - below, "head_dim": head_dim, "ff_mult": ff_mult,
-                    "seq_len": pick(seed + 3, 1, 2048)}
+            head_dim, group = 8 * pick(seed, 1, 8), pick(seed + 1, 1, 8)
+            ff_mult, m = pick(seed + 2, 1, 4), pick(seed + 4, 1, 12)
+            d = m * group * head_dim
+            params, _ = _layer_count(d, m * head_dim, ff_mult * d, 1)
+            return {"budget": params - below, "head_dim": head_dim, "group": group,
+                    "ff_mult": ff_mult, "seq_len": pick(seed + 3, 1, 2048)}
         return inputs
 
     def drawn(seed: int, low: int, high: int) -> Inputs:
         return lambda: {"budget": pick(seed, low, high), "head_dim": 2 ** pick(seed + 1, 1, 7),
-                        "ff_mult": pick(seed + 2, 1, 8), "seq_len": pick(seed + 3, 1, 4096)}
+                        "group": pick(seed + 4, 2, 8), "ff_mult": pick(seed + 2, 1, 8),
+                        "seq_len": pick(seed + 3, 1, 4096)}
 
     return [Case("a small budget", drawn(700, 2_000, 200_000)),
             Case("a budget of millions", drawn(710, 1_000_000, 50_000_000)),
             Case("a budget that a layer uses exactly", exact(720, 0)),
             Case("a budget one parameter short of a layer", exact(730, 1)),
+            Case("one key/value head per query head",
+                 lambda: {"budget": pick(735, 50_000, 5_000_000), "head_dim": 32, "group": 1,
+                          "ff_mult": pick(736, 1, 4), "seq_len": pick(737, 2, 512)}),
             Case("one token", lambda: {"budget": pick(740, 10_000, 900_000), "head_dim": 16,
-                                       "ff_mult": 4, "seq_len": 1}),
-            Case("a budget too small for one head",
-                 lambda: {"budget": pick(750, 1, 400), "head_dim": 8, "ff_mult": 4,
+                                       "group": 4, "ff_mult": 4, "seq_len": 1}),
+            Case("a budget too small for one group of heads",
+                 lambda: {"budget": pick(750, 1, 400), "head_dim": 8, "group": 2, "ff_mult": 4,
                           "seq_len": pick(751, 1, 64)})]
 
 
 def _design_slip(slip: str) -> Callable[..., dict[str, int] | None]:
-    return lambda budget, head_dim, ff_mult, seq_len: _design(budget, head_dim, ff_mult, seq_len,
-                                                              slip)
+    return lambda budget, head_dim, group, ff_mult, seq_len: _design(
+        budget, head_dim, group, ff_mult, seq_len, slip)
 
 
 _DESIGN_SLIPS = (
+    Slip("keys and values are narrower than queries: one key head and one value head per "
+         "group of query heads", _design_slip("full keys")),
+    Slip("the gated FFN has three maps, two into d_ff features and one back",
+         _design_slip("two ffn maps")),
     Slip("every linear map has a bias: count them", _design_slip("no biases")),
     Slip("the two LayerNorms have a gain and a shift each: count them", _design_slip("no norms")),
     Slip("a layer that uses the whole budget fits: params <= budget", _design_slip("strict")),
@@ -779,10 +763,8 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
              forbidden=(lm.gpt_attention_mask, lm.bert_attention_mask,
                         transformer.key_padding_mask, attention.causal_mask,
                         attention.attention_mask)),
-    Exercise(id="transformer.masked_self_attention", reference=masked_self_attention,
-             cases=_masked_attention_cases, slips=_MASKED_ATTENTION_SLIPS,
-             forbidden=(*_LAYERS, attention.causal_mask, attention.attention_mask,
-                        lm.gpt_attention_mask)),
+    Exercise(id="transformer.given_reads", reference=given_reads,
+             cases=_given_reads_cases, slips=_GIVEN_READS_SLIPS),
     Exercise(id="transformer.decoder_layer", reference=decoder_layer,
              cases=_decoder_layer_cases, slips=_DECODER_LAYER_SLIPS, forbidden=_LAYERS),
     _FFN_SHARE,
