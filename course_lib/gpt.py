@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.attention import Impl, causal_mask, scaled_dot_product_attention
+from course_lib.attention import IMPLS, Impl, causal_mask, scaled_dot_product_attention
 from course_lib.checks import check_float_tensor, check_ids, check_int_tensor, check_tensor
 from course_lib.multihead import merge_heads, split_heads
 
@@ -77,6 +77,10 @@ class GPTConfig:
     bias: bool = True  # biases in the Linear layers and LayerNorms (GPT-2 has them)
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (GPT-2's)
     attn_impl: Impl = "fast"  # course_lib.attention path: "fast" (fused SDPA) or "reference"
+
+    def __post_init__(self) -> None:
+        if self.attn_impl not in IMPLS:  # an unknown path would fail only at the first forward
+            raise ValueError(f"attn_impl must be 'reference' or 'fast', got {self.attn_impl!r}")
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:

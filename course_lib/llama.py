@@ -341,6 +341,8 @@ class LlamaAttention(nn.Module):
                 start: int) -> torch.Tensor:
         c = self.config
         _check_stream(x, c.hidden_size)
+        check_int("layer", layer, minimum=0)
+        check_int("start", start, minimum=0)
         B, T, _ = x.shape
         h, g, dh = c.num_attention_heads, c.num_key_value_heads, c.d_head
         q = self.q_proj(x).view(B, T, h, dh).transpose(1, 2)  # (B, h, T, d_h)
@@ -427,6 +429,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         check_ids("ids", ids, self.config.vocab_size, ndim=2, shape="(batch, length)")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.seen
         T = ids.shape[1]
         x = self.embed_tokens(ids)  # (B, T, d)
@@ -493,6 +497,8 @@ class LlamaForCausalLM(nn.Module):
 
 def num_params(model: nn.Module) -> int:
     """Distinct parameters (a tied matrix counted once)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters())
 
 
@@ -529,6 +535,8 @@ def generate(model: LlamaForCausalLM, prompt: torch.Tensor, max_new_tokens: int,
 
 def step_fn(model: LlamaForCausalLM) -> Callable[[torch.Tensor], torch.Tensor]:
     """The course's decoding interface: prefixes ``(B, t)`` -> next-token logits ``(B, V)``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     return lambda tokens: model(tokens)[:, -1]
 
 
@@ -543,6 +551,8 @@ def swiglu_width(hidden_size: int, multiple_of: int = 1) -> int:
         >>> swiglu_width(4096, multiple_of=256)  # Llama 1 7B
         11008
     """
+    check_int("hidden_size", hidden_size, minimum=1)
+    check_int("multiple_of", multiple_of, minimum=1)
     width = 8 * hidden_size / 3
     return int(multiple_of * math.ceil(width / multiple_of))
 

@@ -98,6 +98,7 @@ def expert_counts(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
         >>> expert_counts(torch.tensor([[0, 1], [0, 2]]), 4).tolist()
         [2, 1, 1, 0]
     """
+    check_int("n_experts", n_experts, minimum=1)
     check_ids("experts", experts, n_experts, ndim=2, shape="(N, k)")
     return torch.bincount(experts.flatten(), minlength=n_experts)
 
@@ -127,6 +128,7 @@ def dropped_fraction(experts: torch.Tensor, n_experts: int, capacity_factor: flo
         >>> dropped_fraction(torch.tensor([[0], [0], [0], [1]]), 2, capacity_factor=1.0)
         0.25
     """
+    check_int("n_experts", n_experts, minimum=1)
     check_ids("experts", experts, n_experts, ndim=2, shape="(N, k)")
     if experts.numel() == 0:
         raise ValueError(f"experts holds no assignment (shape {tuple(experts.shape)}): the "
@@ -207,5 +209,7 @@ class SparseMoeBlock(nn.Module):
 
 def active_params(moe: SparseMoeBlock) -> int:
     """Parameters one token uses: the router and ``k`` of the ``E`` experts."""
+    if not isinstance(moe, SparseMoeBlock):
+        raise TypeError(f"moe must be a SparseMoeBlock, got {type(moe).__name__}")
     per_expert = (moe.experts.gate_up_proj[0].numel() + moe.experts.down_proj[0].numel())
     return moe.gate.weight.numel() + moe.k * per_expert

@@ -23,6 +23,7 @@ them (:func:`correctness_reward`, :func:`format_reward`).
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import re
 from collections import Counter
@@ -34,7 +35,13 @@ from typing import Any
 import torch
 
 from course_lib import arithmetic, finetune, gpt, training
-from course_lib.checks import check_finite_tensor, check_float_tensor, check_int, check_int_tensor
+from course_lib.checks import (
+    check_finite_tensor,
+    check_float_tensor,
+    check_int,
+    check_int_tensor,
+    check_positive,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 POLICY_PATH = DATA_DIR / "reasoning_policy.pt.xz"  # scripts/train_reasoning.py --part rl
@@ -47,6 +54,27 @@ VARIANTS = arithmetic.VARIANTS  # ("answer only", "chain of thought")
 _FORMAT = re.compile(r"[0-9](,[0-9])*\.")
 
 
+def _check_problem(start: int, changes: Sequence[int]) -> list[int]:
+    """A start in ``[LOW, HIGH]`` and at least one change of one signed digit (``+3``, ``-2``)."""
+    if not LOW <= check_int("start", start) <= HIGH:
+        raise ValueError(f"start must be a count in [{LOW}, {HIGH}], got {start}")
+    if isinstance(changes, str) or not isinstance(changes, Sequence):
+        raise TypeError(f"changes must be a sequence of ints, got {type(changes).__name__} "
+                        f"{changes!r}")
+    if not changes:
+        raise ValueError("changes must hold at least one change, got none")
+    for d in changes:
+        if not -9 <= check_int("changes", d) <= 9:
+            raise ValueError(f"changes must be signed digits in [-9, 9], got {d}")
+    return list(changes)
+
+
+def _check_text(name: str, text: object) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__} {text!r}")
+    return text
+
+
 def clipped_chain(start: int, changes: Sequence[int]) -> list[int]:
     """The counts after each change, clipped to ``[LOW, HIGH]``: :math:`s_1, \\dots, s_k`.
 
@@ -54,6 +82,7 @@ def clipped_chain(start: int, changes: Sequence[int]) -> list[int]:
         >>> clipped_chain(9, [3, -3]), clipped_chain(9, [-3, 3])
         ([9, 6], [6, 9])
     """
+    _check_problem(start, changes)
     values, value = [], start
     for d in changes:
         value = min(HIGH, max(LOW, value + d))
@@ -69,7 +98,9 @@ def make_problem(rng: random.Random, k: int) -> tuple[int, list[int]]:
         >>> len(changes), LOW <= start <= HIGH, 0 not in changes
         (4, True, True)
     """
-    if k < 1:
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
+    if check_int("k", k) < 1:
         raise ValueError(f"a problem has at least one change, got k={k}")
     options = [d for d in range(-MAX_CHANGE, MAX_CHANGE + 1) if d != 0]
     return rng.randint(LOW, HIGH), [rng.choice(options) for _ in range(k)]
@@ -82,6 +113,7 @@ def format_problem(start: int, changes: Sequence[int]) -> str:
         >>> format_problem(7, [3, -2, 1])
         '7+3-2+1='
     """
+    _check_problem(start, changes)
     return str(start) + "".join(f"{'+' if d > 0 else '-'}{abs(d)}" for d in changes) + "="
 
 
@@ -117,7 +149,7 @@ def final_answer(completion: str) -> int | None:
         >>> final_answer("9,7,8."), final_answer("8.5"), final_answer(",.")
         (8, 8, None)
     """
-    return arithmetic.extract_answer(completion.split(END)[0])
+    return arithmetic.extract_answer(_check_text("completion", completion).split(END)[0])
 
 
 def correctness_reward(completion: str, answer: int) -> float:
@@ -127,6 +159,7 @@ def correctness_reward(completion: str, answer: int) -> float:
         >>> correctness_reward("9,7,8.", 8), correctness_reward("9,7,7.", 8)
         (1.0, 0.0)
     """
+    check_int("answer", answer)
     return float(final_answer(completion) == answer)
 
 
@@ -141,6 +174,7 @@ def format_reward(completion: str, answer: int | None = None) -> float:
         ...  format_reward("97."))
         (1.0, 1.0, 0.0, 0.0)
     """
+    _check_text("completion", completion)
     return float(_FORMAT.fullmatch(completion.split(END)[0] + END) is not None
                  and END in completion)
 
@@ -161,6 +195,12 @@ def majority_vote(answers: Sequence[int | None]) -> int | None:
         >>> majority_vote([3, 5, 5, None, 3]), majority_vote([None, None]), majority_vote([2, 7])
         (3, None, 2)
     """
+    if isinstance(answers, str) or not isinstance(answers, Sequence):
+        raise TypeError(f"answers must be a sequence of ints or None, got "
+                        f"{type(answers).__name__} {answers!r}")
+    for a in answers:
+        if a is not None:
+            check_int("answers", a)
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
@@ -258,6 +298,15 @@ def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[i
         >>> pass_at_k_curve([0, 2, 4], 4, [1, 4])
         {1: 0.5, 4: 0.6666666666666666}
     """
+    check_int("n", n, minimum=1)
+    if not correct:
+        raise ValueError("correct must hold one count per problem, got none")
+    for c_p in correct:
+        if not 0 <= check_int("correct", c_p) <= n:
+            raise ValueError(f"correct must hold counts in [0, n] = [0, {n}], got {c_p}")
+    for k in ks:
+        if not 1 <= check_int("ks", k) <= n:
+            raise ValueError(f"ks must hold sample counts in [1, n] = [1, {n}], got {k}")
     c = torch.tensor(list(correct), device="cpu")  # Python counts in, Python means out
     return {k: float(pass_at_k(n, c, k).mean()) for k in ks}
 
@@ -272,6 +321,11 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     if n == 0:
         raise ValueError("values must hold at least one value: the mean of none is 0/0")
+    for v in values:
+        if not isinstance(v, numbers.Real):
+            raise TypeError(f"values must hold real numbers, got {type(v).__name__} {v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"values must be finite, got {v}")
     mean = sum(values) / n
     var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
     return mean, math.sqrt(var / n)
@@ -297,6 +351,19 @@ class ReasoningConfig:
     eval_problems: int = 500  # test problems per k
     eval_seed: int = 12345  # test problems are drawn with this seed plus k
 
+    def __post_init__(self) -> None:
+        for name in ("train_steps", "test_steps"):
+            ks = getattr(self, name)
+            if isinstance(ks, str) or not isinstance(ks, Sequence) or not ks:
+                raise ValueError(f"{name} must be a non-empty tuple of numbers of changes, got "
+                                 f"{ks!r}")
+            for k in ks:
+                check_int(name, k, minimum=1)
+        for name in ("n_layer", "n_head", "n_embd", "steps", "batch_size", "eval_problems"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_positive("lr", self.lr)
+
     @property
     def block_size(self) -> int:
         """A chain of thought of the largest k: 2 + 2k prompt and 2k target positions."""
@@ -306,6 +373,25 @@ class ReasoningConfig:
 REASONING_CONFIG = ReasoningConfig()
 
 
+def _check_config(config: ReasoningConfig) -> None:
+    if not isinstance(config, ReasoningConfig):
+        raise TypeError(f"config must be a ReasoningConfig, got {type(config).__name__}")
+
+
+def check_problems(problems: Sequence[tuple[int, list[int]]]) -> int:
+    """``problems`` is a non-empty list of ``(start, changes)`` with one number of changes ``k``;
+    returns ``k``."""
+    if not problems:
+        raise ValueError("problems must hold at least one (start, changes) problem, got none")
+    for problem in problems:
+        if not isinstance(problem, (tuple, list)) or len(problem) != 2:
+            raise TypeError(f"problems must hold (start, changes) pairs, got {problem!r}")
+    ks = {len(_check_problem(*problem)) for problem in problems}
+    if len(ks) > 1:
+        raise ValueError(f"problems must all have the same number of changes, got {sorted(ks)}")
+    return ks.pop()
+
+
 def encode(text: str) -> list[int]:
     """Token ids of ``text`` in :data:`VOCAB`.
 
@@ -313,17 +399,32 @@ def encode(text: str) -> list[int]:
         >>> encode("7+1=")
         [7, 10, 1, 12]
     """
+    bad = [ch for ch in _check_text("text", text) if ch not in VOCAB]
+    if bad:
+        raise ValueError(f"text must be written in {VOCAB!r}, got {bad[0]!r} in {text!r}")
     return arithmetic.encode(text)
 
 
 def decode(ids: Sequence[int]) -> str:
     """The text of token ids (the inverse of :func:`encode`)."""
+    if isinstance(ids, str) or not isinstance(ids, Sequence):
+        raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__} {ids!r}")
+    for i in ids:
+        if not 0 <= check_int("ids", i) < len(VOCAB):
+            raise ValueError(f"ids must be token ids in [0, {len(VOCAB)}), got {i}")
     return arithmetic.decode(list(ids))
 
 
 def make_batch(rng: random.Random, ks: Sequence[int], batch_size: int, chain_of_thought: bool,
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A batch ``x, y, mask`` (each ``(B, T)``; mask: the target's tokens), k drawn from ``ks``."""
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
+    if not ks:
+        raise ValueError("ks must hold at least one number of changes, got none")
+    for k in ks:
+        check_int("ks", k, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
     pairs = []
     for _ in range(batch_size):
         start, changes = make_problem(rng, rng.choice(list(ks)))
@@ -334,6 +435,7 @@ def make_batch(rng: random.Random, ks: Sequence[int], batch_size: int, chain_of_
 
 def build_model(config: ReasoningConfig) -> gpt.GPT:
     """A small GPT over :data:`VOCAB`, seeded with ``config.seed``."""
+    _check_config(config)
     torch.manual_seed(config.seed)
     return gpt.GPT(gpt.GPTConfig(vocab_size=len(VOCAB), block_size=config.block_size,
                                  n_layer=config.n_layer, n_head=config.n_head,
@@ -345,6 +447,7 @@ def train_variant(config: ReasoningConfig, chain_of_thought: bool,
                   ) -> tuple[gpt.GPT, training.History]:
     """Train one variant from scratch with the answer-only loss on its targets (chapter 8's
     loop, :func:`course_lib.arithmetic.train_variant`, on this task's batches and vocabulary)."""
+    _check_config(config)
     return arithmetic.train_variant(config, chain_of_thought, device, progress,
                                     model_fn=build_model, batch_fn=make_batch)
 
@@ -356,6 +459,8 @@ def held_out_problems(k: int, n: int, seed: int) -> list[tuple[int, list[int]]]:
         >>> held_out_problems(3, 2, 0) == held_out_problems(3, 2, 0)
         True
     """
+    check_int("k", k, minimum=1)
+    check_int("n", n, minimum=0)
     rng = random.Random(seed + k)
     return [make_problem(rng, k) for _ in range(n)]
 
@@ -364,6 +469,7 @@ def held_out_problems(k: int, n: int, seed: int) -> list[tuple[int, list[int]]]:
 def greedy_accuracy(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]],
                     chain_of_thought: bool) -> float:
     """Exact-match accuracy of greedy completions (all problems with the same k)."""
+    check_problems(problems)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -37,6 +37,7 @@ from course_lib.checks import (
     check_float_tensor,
     check_ids,
     check_int,
+    check_positive,
     check_same_dtype,
 )
 
@@ -306,6 +307,7 @@ def response_entropy(model: gpt.GPT, tokens: torch.Tensor, prompt_length: int,
 def prompts_of(problems: Sequence[tuple[int, list[int]]], device: torch.device | str = "cpu",
                ) -> torch.Tensor:
     """``(P, L)`` the encoded prompts of problems that all have the same number of changes."""
+    reasoning.check_problems(problems)
     return torch.tensor([reasoning.encode(reasoning.format_problem(s, c)) for s, c in problems],
                         device=device)
 
@@ -328,7 +330,7 @@ def rollouts(model: gpt.GPT, prompts: torch.Tensor, max_new_tokens: int,
 
 def completions_of(tokens: torch.Tensor, prompt_length: int) -> list[str]:
     """The response texts, up to and including the first ``.``."""
-    _check_sequences("tokens", tokens, len(reasoning.VOCAB))
+    _check_sequences("tokens", tokens, len(reasoning.VOCAB), prompt_length)
     texts = []
     for row in tokens[:, prompt_length:].tolist():
         text = reasoning.decode(row)
@@ -341,7 +343,9 @@ def sample_completions(model: gpt.GPT, problems: Sequence[tuple[int, list[int]]]
                        seed: int = 0, temperature: float = 1.0, max_rows: int = 4096,
                        ) -> list[list[str]]:
     """``n`` sampled completions per problem (all problems with the same number of changes)."""
-    k = len(problems[0][1])
+    k = reasoning.check_problems(problems)
+    check_int("n", n, minimum=1)
+    check_int("max_rows", max_rows, minimum=1)
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     prompts = prompts_of(problems, device).repeat_interleave(n, 0)
@@ -367,6 +371,10 @@ def correct_counts(answers: Sequence[Sequence[int | None]],
         >>> correct_counts([[8, 8, None], [1, 2, 3]], [(7, [3, -2, 1]), (0, [1])])
         [2, 1]
     """
+    for row in answers:
+        if isinstance(row, str) or not isinstance(row, Sequence):
+            raise TypeError(f"answers must hold one sequence of answers per problem, got "
+                            f"{type(row).__name__} {row!r}")
     if len(answers) != len(problems):
         raise ValueError(f"answers and problems must have the same length (one row of answers "
                          f"per problem), got {len(answers)} and {len(problems)}")
@@ -395,6 +403,23 @@ class GRPOConfig:
     level: str = "token"  # grpo_loss's averaging
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        for name in ("k", "steps", "prompts_per_step", "inner_steps"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("group_size", self.group_size, minimum=2)  # one sample has no group to beat
+        check_positive("lr", self.lr)
+        check_positive("temperature", self.temperature)
+        if self.clip_eps is not None and not 0 <= check_finite("clip_eps", self.clip_eps) < 1:
+            raise ValueError(f"clip_eps must lie in [0, 1) (or be None: no clipping), got "
+                             f"{self.clip_eps}")
+        if check_finite("beta", self.beta) < 0:
+            raise ValueError(f"beta must be at least 0, got {self.beta}")
+        for name, allowed in (("reward", tuple(reasoning.REWARDS)),
+                              ("advantage", tuple(ADVANTAGES)), ("level", ("token", "sequence"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got "
+                                 f"{getattr(self, name)!r}")
+
     @property
     def max_new_tokens(self) -> int:
         """A chain of ``k`` digits and commas, its end, and one token to spare."""
@@ -413,6 +438,12 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
     """
     from tqdm import tqdm
 
+    if not isinstance(config, GRPOConfig):
+        raise TypeError(f"config must be a GRPOConfig, got {type(config).__name__}")
+    if reference.config.vocab_size != policy.config.vocab_size:
+        raise ValueError(f"reference must share the policy's vocabulary, got "
+                         f"{reference.config.vocab_size} tokens against "
+                         f"{policy.config.vocab_size}")
     reward_fn = reasoning.REWARDS[config.reward]
     advantage_fn = ADVANTAGES[config.advantage]
     device = next(policy.parameters()).device
@@ -472,6 +503,8 @@ def pass_at_1_and_se(correct: Sequence[int], n: int) -> tuple[float, float]:
         (0.5, 0.5)
     """
     check_int("n", n, minimum=1)
+    if not correct:
+        raise ValueError("correct must hold one count per problem, got none")
     for c in correct:
         if not 0 <= check_int("correct", c) <= n:
             raise ValueError(f"correct must hold counts in [0, n] = [0, {n}], got {c}")

@@ -30,13 +30,19 @@ from typing import Literal
 
 import torch
 
-from course_lib.checks import check_float_tensor, check_same_dtype, check_tensor
+from course_lib.checks import (
+    check_float_tensor,
+    check_int,
+    check_positive,
+    check_same_dtype,
+    check_tensor,
+)
 
 Pairing = Literal["interleaved", "half"]
 
 
 def _check(head_dim: int, pairing: str) -> None:
-    if head_dim % 2 != 0:
+    if check_int("head_dim", head_dim, minimum=1) % 2 != 0:
         raise ValueError(f"RoPE rotates pairs of features: head_dim must be even, got {head_dim}")
     if pairing not in ("interleaved", "half"):
         raise ValueError(f"pairing must be 'interleaved' or 'half', got {pairing!r}")
@@ -53,6 +59,7 @@ def inv_frequencies(head_dim: int, theta: float = 10000.0, *,
         [1.0, 0.1]
     """
     _check(head_dim, "half")
+    check_positive("theta", theta)
     return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
 
 
@@ -68,6 +75,7 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
         [[0.0, 0.0], [2.0, 0.2]]
     """
     check_tensor("positions", positions, ndim=1, shape="(T,)")
+    check_positive("scale", scale)
     omega = inv_frequencies(head_dim, theta, device=positions.device)  # (head_dim // 2,)
     return (positions.to(torch.float64) / scale)[:, None] * omega
 
@@ -192,6 +200,11 @@ def rope_scores(q: torch.Tensor, k: torch.Tensor, q_pos: int, k_pos: int,
     check_float_tensor("q", q, ndim=1, shape="(d,)")
     check_float_tensor("k", k, ndim=1, shape="(d,)")
     check_same_dtype(q=q, k=k)
+    if q.shape != k.shape:
+        raise ValueError(f"q and k must have one width (d,), got {tuple(q.shape)} and "
+                         f"{tuple(k.shape)}")
+    check_int("q_pos", q_pos)
+    check_int("k_pos", k_pos)
     qr = apply_rope(q[None], torch.tensor([q_pos], device=q.device), theta, pairing)[0]
     kr = apply_rope(k[None], torch.tensor([k_pos], device=k.device), theta, pairing)[0]
     return qr @ kr

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.attention import Impl, causal_mask
+from course_lib.attention import IMPLS, Impl, causal_mask
 from course_lib.checks import check_float_tensor, check_ids, check_tensor
 from course_lib.multihead import MultiHeadAttention
 from course_lib.positional import sinusoidal_encoding
@@ -60,6 +60,10 @@ class TransformerConfig:
     tie_embeddings: bool = False  # share source/target embeddings and output weights (paper)
     attn_impl: Impl = "fast"  # "fast" (fused SDPA) or "reference" (step by step)
     causal_decoder: bool = True  # False only for chapter 3's ablation: the decoder sees the future
+
+    def __post_init__(self) -> None:
+        if self.attn_impl not in IMPLS:  # an unknown path would fail only at the first forward
+            raise ValueError(f"attn_impl must be 'reference' or 'fast', got {self.attn_impl!r}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,16 +18,36 @@ argument: integers are fine where a function only reshapes, NaN is checked where
 propagate. Entries for methods (``GPT.step``, the cached step, ``markov_step``'s step) and for
 functions that take no tensor (parameter counts, scaling laws, LoRA's constructor) sit in the same
 table; a few bad inputs that need files or a whole model have their own tests at the end.
+
+The modules of chapters 7 and 9 (:data:`EVERY_ARGUMENT`: ``rope``, ``llama``, ``moe``,
+``speculative``, ``reasoning``, ``rl``) are held to more: every parameter of every public
+function, of every ``nn.Module.forward`` and of every other public class's constructor and
+methods (configs, the KV cache), tensor or not, and functions that take no tensor included, must
+be named in its entry's ``bad`` or in ``unchecked`` with a reason (a seed, a progress flag, a
+device, a model object, a path tested elsewhere), or
+:func:`test_every_argument_of_chapters_7_and_9_has_its_bad_inputs` fails with the list. Their
+bad inputs include the other kinds of argument: strings naming options (``bad_option``), sizes
+(``zero``, ``negative``, ``fraction``), probabilities (``negative``, ``above_one``, ``nan``) and
+configs of the wrong type (``a_dict``). The other chapters' modules are held to their tensor
+arguments only.
+
+For every taught module, options are checked generically: a parameter of a :data:`CASES` entry
+annotated ``Literal[...]`` gets an automatic ``bad_option`` bad input (an unknown option string),
+and every dataclass config of a taught module with a ``Literal[...]`` field refuses an unknown
+value at construction with a ``ValueError`` naming the field
+(:func:`test_a_config_refuses_an_unknown_option`), so that a new option cannot escape.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import importlib
 import inspect
 import json
 import math
 import pkgutil
+import random
 import re
 import types
 import typing
@@ -86,6 +106,9 @@ from course_lib import (
 
 COURSE_LIB = Path(course_lib.__file__).resolve().parent
 TAUGHT = re.compile(r"\b[Tt]aught in (chapter|every chapter)")
+
+#: The modules of chapters 7 and 9, whose every argument (not only tensors) needs bad inputs.
+EVERY_ARGUMENT = frozenset({"rope", "llama", "moe", "speculative", "reasoning", "rl"})
 
 Call = tuple[Callable[..., Any], dict[str, Any]]
 
@@ -154,6 +177,85 @@ def taught_tensor_functions() -> dict[str, list[str]]:
     return found
 
 
+def _is_literal(annotation: Any) -> bool:
+    """``Literal[...]``, alone or in a union (``Literal["a", "b"] | None``)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return True
+    return origin is not None and any(_is_literal(a) for a in typing.get_args(annotation))
+
+
+def _hints(obj: Any) -> dict[str, Any]:
+    """Evaluated annotations (``from __future__ import annotations`` leaves strings)."""
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:  # a name imported only for type checkers: no option among them
+        return {}
+
+
+def literal_parameters(fn: Callable[..., Any]) -> list[str]:
+    """The parameters of ``fn`` annotated ``Literal[...]``: strings naming options."""
+    return [name for name, a in _hints(fn).items() if name != "return" and _is_literal(a)]
+
+
+def resolve(name: str) -> Callable[..., Any] | None:
+    """The function a :data:`CASES` key names (a module's ``forward``; ``[...]`` a variant)."""
+    module, *attributes = re.sub(r"\[.*\]$", "", name).split(".")
+    obj: Any = importlib.import_module(f"course_lib.{module}")
+    for attribute in attributes:
+        obj = getattr(obj, attribute, None)
+        if obj is None:
+            return None  # a closure (``decoding.markov_step.step``)
+    if inspect.isclass(obj) and issubclass(obj, nn.Module):
+        return obj.forward  # type: ignore[no-any-return]
+    return obj  # type: ignore[no-any-return]
+
+
+def every_argument_functions() -> dict[str, Callable[..., Any]]:
+    """``"module.name"`` -> function, for every public callable of :data:`EVERY_ARGUMENT`.
+
+    Functions, ``nn.Module.forward``, and the constructor and public methods of every other
+    public class (configs, the KV cache); not protocols.
+    """
+    found: dict[str, Callable[..., Any]] = {}
+    for short in sorted(EVERY_ARGUMENT):
+        module = importlib.import_module(f"course_lib.{short}")
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isfunction(obj):
+                found[f"{short}.{name}"] = obj
+            elif inspect.isclass(obj) and issubclass(obj, nn.Module):
+                found[f"{short}.{name}"] = obj.forward
+            elif inspect.isclass(obj) and not getattr(obj, "_is_protocol", False):
+                found[f"{short}.{name}"] = obj
+                for method, fn in vars(obj).items():
+                    if not method.startswith("_") and inspect.isfunction(fn):
+                        found[f"{short}.{name}.{method}"] = fn
+    return found
+
+
+def _arguments(fn: Callable[..., Any]) -> list[str]:
+    return [name for name, p in inspect.signature(fn).parameters.items()
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def literal_config_fields() -> list[tuple[str, str]]:
+    """``("module.Config", field)`` for every dataclass field of a taught module typed
+    ``Literal[...]``."""
+    found = []
+    for module in taught_modules():
+        short = module.__name__.rsplit(".", 1)[1]
+        for name, obj in vars(module).items():
+            if (name.startswith("_") or getattr(obj, "__module__", None) != module.__name__
+                    or not inspect.isclass(obj) or not dataclasses.is_dataclass(obj)):
+                continue
+            hints = _hints(obj)
+            found += [(f"{short}.{name}", f.name) for f in dataclasses.fields(obj)
+                      if _is_literal(hints.get(f.name))]
+    return found
+
+
 # --- bad inputs -------------------------------------------------------------------------------
 
 def _set_first(t: torch.Tensor, value: float) -> torch.Tensor:
@@ -192,6 +294,9 @@ KINDS: dict[str, Callable[[Any, Entry], Any]] = {
     "-inf_row": lambda t, e: _neg_inf_row(t),   # a row of logits that allows no token
     "id_too_large": lambda t, e: _set_first(t, e.vocab) if isinstance(t, torch.Tensor) else e.vocab,
     "all_equal": lambda t, e: torch.full_like(t, t.reshape(-1)[0].item()),
+    "bad_option": lambda v, e: "no_such_option",  # a string that names no option
+    "above_one": _scalar_or_first(1.5),         # a probability above one
+    "a_dict": lambda v, e: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {},  # config
 }
 
 
@@ -240,6 +345,14 @@ MASK = ("not_bool",)                           # a boolean mask, True = may atte
 # --- the table: small models and valid arguments ----------------------------------------------
 
 V = 11  # the vocabulary of the small language models below
+
+# Reasons an argument of chapters 7 and 9 has no bad input of its own.
+MODEL = "a model object: its forward has its own entry"
+GENERATOR = "a torch.Generator: torch checks it where it draws"
+SEED = "a seed: any integer seeds"
+DEVICE = "a device: torch checks it"
+PROGRESS = "a progress-bar flag"
+FLAG = "a flag: any value is read as true or false"
 
 
 def _gpt(**overrides: Any) -> gpt.GPT:
@@ -357,6 +470,29 @@ def _moe_block() -> moe.SparseMoeBlock:
 def _linformer_layer() -> linformer.LinformerSelfAttention:
     torch.manual_seed(0)
     return linformer.LinformerSelfAttention(d_model=8, n_heads=2, seq_len=6, k=3)
+
+
+PROBLEMS = [(7, [3, -2, 1]), (0, [1, 2, -1])]  # chapter 9's problems: a start, its changes
+
+#: Bad problems of chapter 9: a start outside [LOW, HIGH], changes that are no signed digits.
+PROBLEM: dict[str, tuple[Kind, ...]] = {
+    "start": ("fraction", "negative", Custom("above_high", lambda _: 10)),
+    "changes": (Custom("a_string", lambda _: "3-2"), Custom("a_fraction", lambda _: [2.5]),
+                Custom("empty", lambda _: []), Custom("two_digits", lambda _: [12]))}
+
+
+def _mixed_k(problems: list[tuple[int, list[int]]]) -> list[tuple[int, list[int]]]:
+    return [*problems, (5, [1])]  # one problem with another number of changes
+
+
+def _reasoning_config() -> reasoning.ReasoningConfig:
+    return reasoning.ReasoningConfig(train_steps=(1, 2), test_steps=(1, 2), n_layer=1, n_head=2,
+                                     n_embd=8, steps=1, batch_size=2, warmup_steps=0,
+                                     eval_problems=1)
+
+
+def _reasoning_gpt() -> gpt.GPT:
+    return _gpt(vocab_size=len(reasoning.VOCAB), block_size=16)
 
 
 def _head_gates(model: nn.Module, gates: torch.Tensor | None = None) -> None:
@@ -989,7 +1125,9 @@ CASES: dict[str, Entry] = {
     # chapter 7: the modern decoder
     "rope.rope_angles": Entry(
         lambda: (rope.rope_angles, {"positions": torch.arange(4), "head_dim": 8}),
-        {"positions": ("0d", "extra_dim", "list")}),
+        {"positions": ("0d", "extra_dim", "list"),
+         "head_dim": ("zero", "negative", "fraction", Custom("odd", lambda _: 3)),
+         "theta": ("nan", "zero", "negative"), "scale": ("nan", "zero", "negative")}),
     "rope.rotate_half": Entry(
         lambda: (rope.rotate_half, {"x": _randn(2, 4)}),
         {"x": ("0d", "list", Custom("odd_width", lambda x: x[..., :3]))}),
@@ -997,7 +1135,8 @@ CASES: dict[str, Entry] = {
         lambda: (rope.apply_rope, {"x": _randn(2, 3, 4), "positions": torch.arange(3)}),
         {"x": ("int", "0d", "list", Custom("odd_width", lambda x: x[..., :3])),
          "positions": ("0d", "extra_dim", Custom("too_few", lambda t: t[:2])),
-         "pairing": (Custom("neox", lambda _: "neox"),)}),
+         "pairing": (Custom("neox", lambda _: "neox"),), "theta": ("nan", "negative"),
+         "scale": ("nan", "zero", "negative")}),
     "rope.interleaved_to_half_weight": Entry(
         lambda: (rope.interleaved_to_half_weight, {"w": _randn(8, 5), "n_heads": 2}),
         {"w": ("int", "0d", "list"),
@@ -1005,7 +1144,9 @@ CASES: dict[str, Entry] = {
     "rope.rope_scores": Entry(
         lambda: (rope.rope_scores, {"q": _randn(4), "k": _randn(4, seed=1), "q_pos": 3,
                                     "k_pos": 1}),
-        {"q": ("int", "0d", "extra_dim"), "k": ("int", "0d", "float64")}),
+        {"q": ("int", "0d", "extra_dim"),
+         "k": ("int", "0d", "float64", Custom("another_width", lambda t: t[:2])),
+         "q_pos": ("fraction", "nan"), "k_pos": ("fraction",), "theta": ("nan", "zero")}),
     "llama.RMSNorm": Entry(lambda: (llama.RMSNorm(4), {"x": _randn(2, 4)}),
                            {"x": ("int", "0d", "list", Custom("wrong_width", lambda x: x[:, :3]))}),
     "llama.repeat_kv": Entry(
@@ -1026,7 +1167,9 @@ CASES: dict[str, Entry] = {
          "num_hidden_layers": ("zero",), "vocab_size": ("zero",),
          "max_position_embeddings": ("zero",), "num_experts_per_tok": ("zero",),
          "num_local_experts": ("negative",), "rope_theta": ("nan", "negative"),
-         "rms_norm_eps": ("nan", "negative"), "init_std": ("zero",)}),
+         "rms_norm_eps": ("nan", "negative"), "init_std": ("zero",),
+         "intermediate_size": ("zero", "fraction"), "head_dim": ("zero", "fraction"),
+         "rope_scale": ("nan", "zero"), "tie_word_embeddings": (Custom("an_int", lambda _: 1),)}),
     "llama.kv_cache_bytes": Entry(
         lambda: (llama.kv_cache_bytes, {"config": _llama_config(), "seq_len": 8}),
         {"config": (Custom("a_dict", lambda _: {"num_hidden_layers": 1}),),
@@ -1057,17 +1200,20 @@ CASES: dict[str, Entry] = {
     **{f"llama.{name}": Entry(
         (lambda name=name: (getattr(llama, name)(_llama_config()),
                             {"x": _randn(2, 3, 16), "cache": None, "layer": 0, "start": 0})),
-        {"x": FLOAT_FIXED + (Custom("wrong_width", lambda x: x[..., :3]),)},
-        unchecked={"cache": "a KVCache, not a tensor"})
+        {"x": FLOAT_FIXED + (Custom("wrong_width", lambda x: x[..., :3]),),
+         "layer": ("negative", "fraction"), "start": ("negative", "fraction")},
+        unchecked={"cache": "a KVCache: its update is llama.KVCache.update's entry"})
        for name in ("LlamaAttention", "LlamaDecoderLayer")},
     **{f"llama.{name}": Entry(
         (lambda name=name: (getattr(llama, name)(_llama_config()), {"ids": _ids(2, 5, vocab=V)})),
-        {"ids": IDS}, vocab=V, unchecked={"cache": "a KVCache, not a tensor"})
+        {"ids": IDS, "cache": (Custom("a_list", lambda _: []),)}, vocab=V)
        for name in ("LlamaModel", "LlamaForCausalLM")},
     "llama.generate": Entry(
         lambda: (llama.generate, {"model": llama.LlamaForCausalLM(_llama_config()),
                                   "prompt": _ids(2, 3, vocab=V), "max_new_tokens": 2}),
-        {"prompt": IDS + ("empty",), "max_new_tokens": ("negative", "fraction")}, vocab=V),
+        {"prompt": IDS + ("empty",), "max_new_tokens": ("negative", "fraction")}, vocab=V,
+        unchecked={"model": "the model object; its forward has its own entries",
+                   "use_cache": "a flag: any value is read as true or false"}),
     "moe.route": Entry(lambda: (moe.route, {"router_logits": _randn(5, 4), "k": 2}),
                        {"router_logits": FLOAT_FIXED, "k": ("zero", "id_too_large", "fraction")},
                        vocab=5),
@@ -1076,7 +1222,8 @@ CASES: dict[str, Entry] = {
         {"router_logits": FLOAT_FIXED + ("empty_batch",), "k": ("zero", "id_too_large")}, vocab=5),
     "moe.expert_counts": Entry(
         lambda: (moe.expert_counts, {"experts": torch.tensor([[0, 1], [0, 2]]), "n_experts": 4}),
-        {"experts": ("float", "0d", "id_too_large", "negative", "list")}, vocab=4),
+        {"experts": ("float", "0d", "id_too_large", "negative", "list"),
+         "n_experts": ("zero", "fraction")}, vocab=4),
     "moe.capacity": Entry(
         lambda: (moe.capacity, {"n_tokens": 100, "n_experts": 8, "k": 2,
                                 "capacity_factor": 1.25}),
@@ -1086,7 +1233,7 @@ CASES: dict[str, Entry] = {
         lambda: (moe.dropped_fraction, {"experts": torch.tensor([[0], [0], [0], [1]]),
                                         "n_experts": 2, "capacity_factor": 1.0}),
         {"experts": ("float", "0d", "id_too_large", "negative", "empty_batch"),
-         "capacity_factor": ("nan", "zero")}, vocab=2),
+         "capacity_factor": ("nan", "zero"), "n_experts": ("zero", "fraction")}, vocab=2),
     "moe.Experts": Entry(
         lambda: (_moe_experts(), {"x": _randn(5, 8), "weights": torch.full((5, 2), 0.5),
                                   "experts": torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0],
@@ -1114,7 +1261,10 @@ CASES: dict[str, Entry] = {
                  {"model": _llama_logits(), "prompt": _ids(1, 3, vocab=V), "max_new_tokens": 2,
                   "generator": torch.Generator().manual_seed(0)}),
         {"prompt": ("float", "0d", "extra_dim", "empty", "list"),
-         "max_new_tokens": ("negative", "fraction"), "temperature": ("nan", "negative")}),
+         "max_new_tokens": ("negative", "fraction"), "temperature": ("nan", "negative")},
+        unchecked={"model": "a logits function: what it returns is checked by sampling",
+                   "greedy": "a flag: any value is read as true or false",
+                   "generator": "a torch.Generator; torch.multinomial checks it"}),
     "speculative.speculative_generate": Entry(
         lambda: (speculative.speculative_generate,
                  {"target": _llama_logits(), "draft": _llama_logits(seed=1),
@@ -1124,7 +1274,9 @@ CASES: dict[str, Entry] = {
          "max_new_tokens": ("negative", "fraction"), "k": ("zero", "fraction"),
          "temperature": ("nan", "negative"),
          "draft": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),),
-         "target": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),)}),
+         "target": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),)},
+        unchecked={"greedy": "a flag: any value is read as true or false",
+                   "generator": "a torch.Generator; torch.multinomial checks it"}),
     "speculative.expected_tokens_per_round": Entry(
         lambda: (speculative.expected_tokens_per_round, {"alpha": 0.5, "k": 4}),
         {"alpha": ("nan", "negative", Custom("above_one", lambda _: 1.5)),
@@ -1164,7 +1316,8 @@ CASES: dict[str, Entry] = {
         {"logp+logp_old+logp_ref": ("int",), "logp": ("0d", "float64", "list"),
          "advantages": ("int", "0d"),
          "mask": ("not_bool", Custom("no_response_token", torch.zeros_like)),
-         "clip_eps": ("nan", "negative"), "beta": ("nan", "negative")}),
+         "clip_eps": ("nan", "negative", Custom("one", lambda _: 1.0)),
+         "beta": ("nan", "negative"), "level": ("bad_option",)}),
     "rl.response_mask": Entry(
         lambda: (rl.response_mask, {"tokens": torch.tensor([reasoning.encode("7+1=8...")]),
                                     "prompt_length": 4}),
@@ -1174,7 +1327,7 @@ CASES: dict[str, Entry] = {
         lambda: (rl.token_logprobs, {"model": _gpt(), "tokens": _ids(2, 5, vocab=V),
                                      "prompt_length": 2}),
         {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative"),
-         "prompt_length": ("zero", "negative")}, vocab=V),
+         "prompt_length": ("zero", "negative")}, vocab=V, unchecked={"model": MODEL}),
     "rl.response_entropy": Entry(
         lambda: (rl.response_entropy, {"model": _gpt(vocab_size=len(reasoning.VOCAB)),
                                        "tokens": _ids(2, 5, vocab=len(reasoning.VOCAB)),
@@ -1182,17 +1335,173 @@ CASES: dict[str, Entry] = {
                                        "mask": torch.tensor([[True, True, False]] * 2)}),
         {"tokens": ("float", "0d", "extra_dim", "id_too_large", "negative"),
          "prompt_length": ("zero", "negative"),
-         "mask": ("not_bool", "missing_dim", "empty")}, vocab=len(reasoning.VOCAB)),
+         "mask": ("not_bool", "missing_dim", "empty")}, vocab=len(reasoning.VOCAB),
+        unchecked={"model": MODEL}),
     "rl.rollouts": Entry(
         lambda: (rl.rollouts, {"model": _gpt(vocab_size=len(reasoning.VOCAB)),
                                "prompts": _ids(2, 3, vocab=len(reasoning.VOCAB)),
                                "max_new_tokens": 2,
                                "generator": torch.Generator().manual_seed(0)}),
-        {"prompts": ("float", "0d", "empty", "id_too_large")}, vocab=len(reasoning.VOCAB)),
+        {"prompts": ("float", "0d", "empty", "id_too_large"),
+         "max_new_tokens": ("negative", "fraction"), "temperature": ("nan", "negative")},
+        vocab=len(reasoning.VOCAB), unchecked={"model": MODEL, "generator": GENERATOR}),
     "rl.completions_of": Entry(
         lambda: (rl.completions_of, {"tokens": torch.tensor([reasoning.encode("7+1=8.")]),
                                      "prompt_length": 4}),
-        {"tokens": ("float", "0d", "id_too_large", "negative")}, vocab=len(reasoning.VOCAB)),
+        {"tokens": ("float", "0d", "id_too_large", "negative"),
+         "prompt_length": ("zero", "fraction", Custom("past_the_end", lambda _: 20))},
+        vocab=len(reasoning.VOCAB)),
+    # chapters 7 and 9: the arguments that are not tensors
+    "rope.inv_frequencies": Entry(
+        lambda: (rope.inv_frequencies, {"head_dim": 8}),
+        {"head_dim": ("zero", "negative", "fraction", Custom("odd", lambda _: 3)),
+         "theta": ("nan", "zero", "negative")}, unchecked={"device": DEVICE}),
+    "rope.interleaved_to_half": Entry(
+        lambda: (rope.interleaved_to_half, {"head_dim": 6}),
+        {"head_dim": ("zero", "negative", "fraction", Custom("odd", lambda _: 3))}),
+    "llama.num_params": Entry(lambda: (llama.num_params, {"model": _llama_logits()}),
+                              {"model": (Custom("a_config", lambda _: _llama_config()),)}),
+    "llama.step_fn": Entry(lambda: (llama.step_fn, {"model": _llama_logits()}),
+                           {"model": (Custom("a_config", lambda _: _llama_config()),)}),
+    "llama.swiglu_width": Entry(
+        lambda: (llama.swiglu_width, {"hidden_size": 64, "multiple_of": 8}),
+        {"hidden_size": ("zero", "negative", "fraction"), "multiple_of": ("zero", "fraction")}),
+    "llama.load_runs": Entry(lambda: (llama.load_runs, {}), {},
+                             unchecked={"path": "a path: the shipped file, or FileNotFoundError"}),
+    "moe.active_params": Entry(lambda: (moe.active_params, {"moe": _moe_block()}),
+                               {"moe": (Custom("experts_only", lambda _: _moe_experts()),)}),
+    "reasoning.clipped_chain": Entry(
+        lambda: (reasoning.clipped_chain, {"start": 9, "changes": [3, -3]}), {**PROBLEM}),
+    "reasoning.format_problem": Entry(
+        lambda: (reasoning.format_problem, {"start": 7, "changes": [3, -2, 1]}), {**PROBLEM}),
+    "reasoning.format_target": Entry(
+        lambda: (reasoning.format_target, {"start": 7, "changes": [3, -2, 1],
+                                           "chain_of_thought": True}),
+        {**PROBLEM}, unchecked={"chain_of_thought": FLAG}),
+    "reasoning.answer_of": Entry(
+        lambda: (reasoning.answer_of, {"start": 7, "changes": [3, -2, 1]}), {**PROBLEM}),
+    "reasoning.make_problem": Entry(
+        lambda: (reasoning.make_problem, {"rng": random.Random(0), "k": 3}),
+        {"rng": (Custom("a_seed", lambda _: 0),), "k": ("zero", "fraction")}),
+    "reasoning.final_answer": Entry(
+        lambda: (reasoning.final_answer, {"completion": "9,7,8."}),
+        {"completion": (Custom("ids", lambda _: [9, 13, 7]),)}),
+    "reasoning.correctness_reward": Entry(
+        lambda: (reasoning.correctness_reward, {"completion": "9,7,8.", "answer": 8}),
+        {"completion": (Custom("ids", lambda _: [9, 13, 7]),),
+         "answer": (Custom("a_string", lambda _: "8"), "fraction")}),
+    "reasoning.format_reward": Entry(
+        lambda: (reasoning.format_reward, {"completion": "9,7,8."}),
+        {"completion": (Custom("ids", lambda _: [9, 13, 7]),)},
+        unchecked={"answer": "ignored: a format reward does not look at the answer"}),
+    "reasoning.majority_vote": Entry(
+        lambda: (reasoning.majority_vote, {"answers": [3, 5, 5, None]}),
+        {"answers": (Custom("a_string", lambda _: "355"),
+                     Custom("a_fraction", lambda a: [*a, 2.5]))}),
+    "reasoning.pass_at_k_curve": Entry(
+        lambda: (reasoning.pass_at_k_curve, {"correct": [0, 2, 4], "n": 4, "ks": [1, 4]}),
+        {"correct": (Custom("above_n", lambda _: [5]), Custom("a_fraction", lambda _: [2.5]),
+                     Custom("empty", lambda _: [])),
+         "n": ("zero", "fraction"),
+         "ks": (Custom("zero", lambda _: [0]), Custom("above_n", lambda _: [5]),
+                Custom("a_fraction", lambda _: [1.5]))}),
+    **{name: Entry(
+        (lambda fn=fn: (fn, {"values": [1.0, 0.0, 1.0]})),
+        {"values": (Custom("empty", lambda _: []), Custom("a_nan", lambda v: [*v, math.nan]),
+                    Custom("a_string", lambda _: ["1"]))})
+       for name, fn in (("reasoning.mean_and_se", reasoning.mean_and_se),
+                        ("rl.summary", rl.summary))},
+    "reasoning.ReasoningConfig": Entry(
+        lambda: (reasoning.ReasoningConfig, {}),
+        {"train_steps": (Custom("empty", lambda _: ()), Custom("a_zero", lambda _: (1, 0))),
+         "test_steps": (Custom("empty", lambda _: ()), Custom("a_fraction", lambda _: (1.5,))),
+         "n_layer": ("zero", "fraction"), "n_head": ("zero",), "n_embd": ("zero", "fraction"),
+         "steps": ("zero", "fraction"), "batch_size": ("zero",), "lr": ("nan", "zero"),
+         "warmup_steps": ("negative", "fraction"), "eval_problems": ("zero",)},
+        unchecked={"seed": SEED, "eval_seed": SEED}),
+    "reasoning.encode": Entry(lambda: (reasoning.encode, {"text": "7+1="}),
+                              {"text": (Custom("outside_the_vocabulary", lambda _: "7*1="),
+                                        Custom("ids", lambda _: [7, 10]))}),
+    "reasoning.decode": Entry(lambda: (reasoning.decode, {"ids": [7, 10, 1, 12]}),
+                              {"ids": ("id_too_large", Custom("negative", lambda _: [-1]),
+                                       Custom("a_string", lambda _: "7+1="))},
+                              vocab=len(reasoning.VOCAB)),
+    "reasoning.make_batch": Entry(
+        lambda: (reasoning.make_batch, {"rng": random.Random(0), "ks": [1, 2], "batch_size": 2,
+                                        "chain_of_thought": True}),
+        {"rng": (Custom("a_seed", lambda _: 0),),
+         "ks": (Custom("empty", lambda _: []), Custom("a_zero", lambda _: [0])),
+         "batch_size": ("zero", "fraction")}, unchecked={"chain_of_thought": FLAG}),
+    "reasoning.build_model": Entry(
+        lambda: (reasoning.build_model, {"config": _reasoning_config()}), {"config": ("a_dict",)}),
+    "reasoning.train_variant": Entry(
+        lambda: (reasoning.train_variant, {"config": _reasoning_config(),
+                                           "chain_of_thought": True}),
+        {"config": ("a_dict",)},
+        unchecked={"chain_of_thought": FLAG, "device": DEVICE, "progress": PROGRESS}),
+    "reasoning.held_out_problems": Entry(
+        lambda: (reasoning.held_out_problems, {"k": 3, "n": 2, "seed": 0}),
+        {"k": ("zero", "fraction"), "n": ("negative", "fraction")}, unchecked={"seed": SEED}),
+    "reasoning.greedy_accuracy": Entry(
+        lambda: (reasoning.greedy_accuracy, {"model": _reasoning_gpt(), "problems": PROBLEMS,
+                                             "chain_of_thought": True}),
+        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k))},
+        unchecked={"model": MODEL, "chain_of_thought": FLAG}),
+    "reasoning.load_policy": Entry(lambda: (reasoning.load_policy, {}), {},
+                                   unchecked={"device": DEVICE}),
+    "reasoning.load_results": Entry(lambda: (reasoning.load_results, {"part": "cot"}),
+                                    {"part": ("bad_option",)}),
+    "reasoning.check_problems": Entry(
+        lambda: (reasoning.check_problems, {"problems": PROBLEMS}),
+        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k),
+                      Custom("a_start_only", lambda p: [7, *p]))}),
+    "rl.prompts_of": Entry(
+        lambda: (rl.prompts_of, {"problems": PROBLEMS}),
+        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k))},
+        unchecked={"device": DEVICE}),
+    "rl.sample_completions": Entry(
+        lambda: (rl.sample_completions, {"model": _reasoning_gpt(), "problems": PROBLEMS,
+                                         "n": 2, "max_rows": 3}),
+        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k)),
+         "n": ("zero", "fraction"), "temperature": ("nan", "negative"),
+         "max_rows": ("zero", "fraction")}, unchecked={"model": MODEL, "seed": SEED}),
+    "rl.sample_answers": Entry(
+        lambda: (rl.sample_answers, {"model": _reasoning_gpt(), "problems": PROBLEMS, "n": 2}),
+        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k)),
+         "n": ("zero", "fraction"), "temperature": ("nan", "negative")},
+        unchecked={"model": MODEL, "seed": SEED}),
+    "rl.correct_counts": Entry(
+        lambda: (rl.correct_counts, {"answers": [[8, 8, None], [1, 2, 3]],
+                                     "problems": PROBLEMS}),
+        {"answers": (Custom("one_row_short", lambda a: a[:1]),
+                     Custom("a_string_row", lambda a: ["88", a[1]])),
+         "problems": (Custom("one_more", lambda p: [*p, (0, [1])]),)}),
+    "rl.GRPOConfig": Entry(
+        lambda: (rl.GRPOConfig, {}),
+        {"k": ("zero", "fraction"), "steps": ("zero",), "prompts_per_step": ("zero", "fraction"),
+         "group_size": (Custom("one", lambda _: 1), "fraction"), "inner_steps": ("zero",),
+         "lr": ("nan", "zero"), "clip_eps": ("nan", "negative", Custom("one", lambda _: 1.0)),
+         "beta": ("nan", "negative"), "temperature": ("nan", "zero"),
+         "reward": ("bad_option",), "advantage": ("bad_option",), "level": ("bad_option",)},
+        unchecked={"seed": SEED}),
+    "rl.train_grpo": Entry(
+        lambda: (rl.train_grpo, {"policy": _reasoning_gpt(), "reference": _reasoning_gpt(),
+                                 "config": rl.GRPOConfig(k=1, steps=1, prompts_per_step=1,
+                                                         group_size=2, inner_steps=1)}),
+        {"config": ("a_dict",),
+         "reference": (Custom("another_vocabulary", lambda _: _gpt(block_size=16)),)},
+        unchecked={"policy": MODEL, "progress": PROGRESS}),
+    "rl.pass_at_1_and_se": Entry(
+        lambda: (rl.pass_at_1_and_se, {"correct": [4, 0, 2], "n": 4}),
+        {"correct": (Custom("above_n", lambda _: [5]), Custom("negative", lambda _: [-1]),
+                     Custom("a_fraction", lambda _: [2.5]), Custom("empty", lambda _: [])),
+         "n": ("zero", "fraction")}),
+}
+
+
+#: Valid values of the fields without a default, for the configs that have some.
+CONFIG_ARGUMENTS: dict[str, Callable[[], dict[str, Any]]] = {
+    "transformer.TransformerConfig": lambda: {"src_vocab_size": V, "tgt_vocab_size": V},
 }
 
 
@@ -1201,8 +1510,16 @@ def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
 
 
 def _bad_cases() -> list[tuple[str, str, Kind]]:
-    return [(name, args, kind) for name, entry in CASES.items()
-            for args, kinds in entry.bad.items() for kind in kinds]
+    """The table's bad inputs, and ``bad_option`` for every ``Literal[...]`` parameter."""
+    cases = []
+    for name, entry in CASES.items():
+        listed = [(args, kind) for args, kinds in entry.bad.items() for kind in kinds]
+        fn = resolve(name)
+        for param in literal_parameters(fn) if fn is not None else []:
+            if (param, "bad_option") not in listed:
+                listed.append((param, "bad_option"))
+        cases += [(name, args, kind) for args, kind in listed]
+    return cases
 
 
 def _case_id(case: tuple[str, str, Kind]) -> str:
@@ -1230,6 +1547,43 @@ def test_every_tensor_argument_has_its_bad_inputs() -> None:
         uncovered += [f"{name}({p})" for p in params if p not in named]
     assert not uncovered, ("tensor arguments with no bad input in CASES (nor a reason in "
                            f"`unchecked`): {', '.join(uncovered)}")
+
+
+def _covered(entries: list[Entry]) -> set[str]:
+    return {a for e in entries for args in e.bad for a in args.split("+")} | {
+        a for e in entries for a in e.unchecked}
+
+
+def test_every_argument_of_chapters_7_and_9_has_its_bad_inputs() -> None:
+    """Chapters 7 and 9: every argument of every public callable, whatever its type."""
+    no_entry, uncovered = [], []
+    for key, fn in every_argument_functions().items():
+        if not _arguments(fn):
+            continue  # nothing to get wrong (``KVCache.nbytes``)
+        entries = [e for name, e in CASES.items() if re.sub(r"\[.*\]$", "", name) == key]
+        if not entries:
+            no_entry.append(key)
+            continue
+        named = _covered(entries) | set(literal_parameters(fn))
+        uncovered += [f"{key}({p})" for p in _arguments(fn) if p not in named]
+    assert not no_entry, (
+        f"{len(no_entry)} public callable(s) of {', '.join(sorted(EVERY_ARGUMENT))} have no "
+        f"entry in CASES (add one: valid arguments and bad inputs for every argument): "
+        f"{', '.join(no_entry)}")
+    assert not uncovered, (
+        f"{len(uncovered)} argument(s) of chapters 7 and 9 with no bad input in CASES (nor a "
+        f"reason in `unchecked`): {', '.join(uncovered)}")
+
+
+@pytest.mark.parametrize("config, name", literal_config_fields(),
+                         ids=[f"{c}.{f}" for c, f in literal_config_fields()])
+def test_a_config_refuses_an_unknown_option(config: str, name: str) -> None:
+    """A dataclass config of a taught module refuses a string that names none of its options."""
+    cls = resolve(config)
+    assert cls is not None
+    required = CONFIG_ARGUMENTS.get(config, dict)()  # the fields without a default
+    with pytest.raises(ValueError, match=rf"(?<![\w.]){name}\b"):
+        cls(**required, **{name: "no_such_option"})
 
 
 def test_the_table_names_real_functions_and_kinds() -> None:
