@@ -23,6 +23,8 @@ The pieces, each a small function the chapter builds on:
   (:func:`bytes_to_unicode`), and then gives the ids of GPT-2's own tokenizer.
 * :func:`truncated` keeps a tokenizer's first merges (every smaller vocabulary from one training
   run); :func:`token_lengths` gives each token's length in bytes (for losses in bits per byte).
+* :func:`run_tokens` counts the tokens of a run of one repeated byte under the merges that double
+  it (the chapter's exercise on uneven compression).
 
 Layout of a trained vocabulary: ids ``0..255`` are the single bytes (id ``b`` is byte ``b``),
 ``256, 257, ...`` the merged tokens in the order they were learned, then the special tokens.
@@ -443,3 +445,25 @@ def truncated(tokenizer: Tokenizer, n_merges: int) -> Tokenizer:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab.update({256 + i: a + b for i, (a, b) in enumerate(merges)})
     return Tokenizer(vocab, merges, tokenizer.special_ids)
+
+
+def run_tokens(n: int, k: int) -> int:
+    r"""Tokens of a run of ``n`` copies of one byte under the ``k`` merges that double it.
+
+    Merge 0 joins two copies of the byte into token 256, merge :math:`i` two copies of token
+    :math:`255 + i` into :math:`256 + i`, so the longest token holds :math:`2^k` copies. Encoding
+    applies the merges in order, each left to right without overlaps: the run becomes
+    :math:`\lfloor n / 2^k \rfloor` longest tokens, and the :math:`r = n \bmod 2^k` copies left
+    at its end one token per binary digit 1 of :math:`r` (a run of :math:`2^k - 1` copies takes
+    :math:`k` tokens, one more copy makes it 1).
+
+    Example:
+        >>> [run_tokens(n, 2) for n in range(9)]
+        [0, 1, 1, 2, 1, 2, 2, 3, 2]
+        >>> merge(merge(list(b"======="), (61, 61), 256), (256, 256), 257)  # 4 + 2 + 1 copies
+        [257, 256, 61]
+    """
+    for name, value in (("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return (n >> k) + bin(n & ((1 << k) - 1)).count("1")

@@ -91,8 +91,8 @@ NOTEBOOK_EXERCISES = {
     "03-transformer": ["feed_forward", "layer_norm", "encoder_layer", "decoder_masks",
                        "given_reads", "decoder_layer", "ffn_share", "design_layer",
                        "no_causal_mask", "mask_tokens", "next_token_loss"],
-    "04-language-models": ["pair_counts", "merge", "bpe_encode", "bits_per_byte_loss",
-                           "generation_cost", "cached_chunk_attention", "length_normalisation",
+    "04-language-models": ["pair_counts", "merge", "bpe_encode", "run_tokens",
+                           "bits_per_byte_loss", "generation_cost", "cached_chunk_attention", "length_normalisation",
                            "temperature_top_k", "top_p_filter", "max_copy_length"],
     "05-scaling-laws": ["param_count", "forward_flops_per_token", "training_flops", "mfu",
                         "chinchilla_loss", "compute_optimal", "isoflop_minimum", "fit_power_law",
@@ -132,6 +132,9 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "seq2seq.greedy_decode": {1, 2},
     "self_attention.cached_attention_step": {3},
     "language_models.top_p_filter": {1},  # float32 arithmetic: only a crafted p shows it
+    "language_models.run_tokens": {0, 1},  # the visible tests give no count of a long run
+    "language_models.generation_cost": {0, 1, 2, 3},  # the visible tests give no count
+    "language_models.max_copy_length": {0, 1, 2, 3},  # the visible tests give no bound
     "transformer.feed_forward": {1},
     "transformer.layer_norm": {1},
     "transformer.decoder_masks": {3},
@@ -240,6 +243,7 @@ REFERENCE_CALLS = [
     ("language_models.merge", lambda ids, pair, new_id: bpe.merge(ids, pair, new_id), None),
     ("language_models.bpe_encode",
      lambda text, merges: bpe.Tokenizer.train(text, 256).encode(text), None),
+    ("language_models.run_tokens", lambda n, k: bpe.run_tokens(n, k), None),
     ("language_models.temperature_top_k",
      lambda logits, temperature, k: sampling.filter_logits(logits, temperature, top_k=k), None),
     ("language_models.top_p_filter", lambda logits, p: sampling.top_p_filter(logits, p), None),

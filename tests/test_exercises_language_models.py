@@ -10,6 +10,7 @@ issue named fail both; the references agree with course_lib and with peers; the 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -155,21 +156,45 @@ def test_chunk_reference_equals_full_causal_attention() -> None:
     torch.testing.assert_close(v_all, v)
 
 
-def test_sdpa_is_causal_aligns_top_left_so_it_is_the_square_mask_slip() -> None:
-    """The statement warns about SDPA's is_causal with more keys than queries: it is the slip
-    "square" (top-left alignment), which the hidden tests reject."""
-    def with_is_causal(x, past_k, past_v, w_attn, b_attn, w_proj, b_proj, n_head):
-        B, T, d = x.shape
-        q, k, v = (t.reshape(B, T, n_head, d // n_head).transpose(1, 2)
-                   for t in (x @ w_attn.T + b_attn).split(d, -1))
-        k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
-        return y.transpose(1, 2).reshape(B, T, d) @ w_proj.T + b_proj, k, v
+def _given_chunk_attention():
+    """Exercise 7's given first version, taken from the notebook's code cell."""
+    import nbformat
 
-    failed = [r for r in grading.evaluate("language_models.cached_chunk_attention", with_is_causal)
-              if r.message]
+    from tests.conftest import release_notebook
+    nb = nbformat.read(release_notebook(SLUG), as_version=4)
+    (cell,) = [c for c in nb.cells
+               if c.cell_type == "code" and c.source.startswith("def chunk_attention_v1(")]
+    namespace = setup_namespace(SLUG)
+    exec(cell.source, namespace)
+    return namespace["chunk_attention_v1"]
+
+
+def test_the_given_first_version_fails_only_chunks_after_a_cache(capsys) -> None:
+    """Exercise 7 is a debug exercise: the given code (SDPA with is_causal=T > 1, top-left
+    aligned) passes the prefill and decode cases and fails every chunk after a cache, with the
+    message of the slip "square"; its visible test fails it too."""
+    given = _given_chunk_attention()
+    results = grading.evaluate("language_models.cached_chunk_attention", given)
+    failed = [r for r in results if r.message]
     assert failed and all("chunk after a cache" in r.name for r in failed), [r.name for r in failed]
+    assert {r.name for r in results if "chunk after a cache" in r.name} == {r.name for r in failed}
     assert failed[0].message.startswith("new position i is position P + i")
+    with pytest.raises(AssertionError):
+        run_visible_tests(SLUG, "cached_chunk_attention",
+                          with_notebook_signature(given, SLUG, "cached_chunk_attention"))
+    assert "visible tests passed" not in capsys.readouterr().out
+
+
+def test_the_statement_of_exercise_7_does_not_name_the_bug() -> None:
+    """The statement says where the given code fails (chunks), never why."""
+    import nbformat
+
+    from tests.conftest import release_notebook
+    nb = nbformat.read(release_notebook(SLUG), as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    statement = nb.cells[ids.index("cached_chunk_attention") - 1].source
+    for giveaway in ("is_causal", "tril", "top-left", "offset", "diagonal", "P + i"):
+        assert giveaway not in statement, giveaway
 
 
 def test_generation_cost_is_what_a_gpt_runs() -> None:
@@ -236,16 +261,17 @@ def test_a_cached_step_through_course_libs_gpt_is_a_reference_call() -> None:
     assert any(r.reference_called for r in results)
 
 
-def test_the_copy_bound_is_not_printed_before_exercise_10() -> None:
+def test_the_copy_bound_is_not_printed_before_exercise_11() -> None:
     """Issue 30: max_copy_length says "derive"; no markdown cell before its test cell, its stub
-    or its visible test states the bound or the counting argument (the prose after it does)."""
+    or its visible test states the bound, a value of it or the counting argument (the prose after
+    it does)."""
     import nbformat
 
     from tests.conftest import release_notebook
     nb = nbformat.read(release_notebook("04-language-models"), as_version=4)
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     before = "".join(c.source for c in nb.cells[:ids.index("max_copy_length_test") + 1])
-    for giveaway in ("\\log_2 A", "2^S", "A^n", "A**n", "256 states"):
+    for giveaway in ("\\log_2 A", "2^S", "A^n", "A**n", "256 states", "800 "):
         assert giveaway not in before, giveaway
 
 
@@ -265,3 +291,47 @@ def test_top_p_float32_arithmetic_and_an_unstable_sort_fail_hidden_cases() -> No
                     assert not torch.equal(
                         ex4.top_p_filter(**inputs).isfinite(),
                         ex4._top_p_float32(**inputs, sums32=sums32).isfinite()), (secret, case.name)
+
+
+def test_run_tokens_is_what_encoding_gives() -> None:
+    """The reference count equals encoding runs with the doubling merges (the exercise reference
+    of bpe_encode) and with a tokenizer trained on a long run, which learns exactly those merges."""
+    for k in range(7):
+        merges = [(61, 61)] + [(255 + i, 255 + i) for i in range(1, k)] if k else []
+        for n in range(150):
+            assert bpe.run_tokens(n, k) == len(ex4.bpe_encode("=" * n, merges)), (n, k)
+    tok = bpe.Tokenizer.train("=" * 1024, 256 + 4)
+    assert tok.merges == [(b"=" * 2 ** i, b"=" * 2 ** i) for i in range(4)]
+    assert [len(tok.encode("=" * n)) for n in range(1, 70)] == \
+        [bpe.run_tokens(n, 4) for n in range(1, 70)]
+
+
+def test_run_tokens_hidden_runs_are_too_long_to_build() -> None:
+    """The statement's "work the count out" is graded: a run of the first case cannot be built."""
+    case = ex4._run_tokens_cases()[0]
+    assert case.inputs()["n"] >= 10 ** 15
+
+
+def test_no_visible_test_states_a_derived_count() -> None:
+    """Issue 30: the visible tests of the derivations check properties and trivial hand values;
+    none asserts a count of the cache or a copy bound (the reviewer read "expected 6")."""
+    for name in ("generation_cost", "max_copy_length"):
+        source = "".join(cell_by_grade_id(SLUG, f"{name}_test")["source"])
+        visible = source.split("### BEGIN HIDDEN TESTS")[0]
+        compared = re.findall(r"==\s*\(?-?\d+(?!\d|\s*\*)", visible.replace("len(got) == 3", ""))
+        assert "expected" not in visible and not compared, (name, compared)
+
+
+def test_the_length_normalisation_argument_comes_after_the_sampling_exercises() -> None:
+    """Exercise 8's answer is argued only after the exercises that follow it (the prose right
+    after its measurement refers to the printed lines)."""
+    import nbformat
+
+    from tests.conftest import release_notebook
+    nb = nbformat.read(release_notebook(SLUG), as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    statement = ids.index("length_normalisation") - 1  # its choices name every answer
+    before = "".join(c.source for i, c in enumerate(nb.cells[:ids.index("top_p_filter_test") + 1])
+                     if i != statement)
+    for giveaway in ("never shorter", "never picks a shorter", "only lengthen", "longer, never"):
+        assert giveaway not in before, giveaway

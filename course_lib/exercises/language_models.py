@@ -267,7 +267,65 @@ _BPE_ENCODE_SLIPS = (
 )
 
 
-# 4. bits_per_byte_loss -------------------------------------------------------------------------
+# 4. run_tokens ---------------------------------------------------------------------------------
+
+
+def _run_tokens_cases() -> list[Case]:
+    def draw(seed: int, n: tuple[int, int], k: tuple[int, int]) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            return {"n": pick(seed, *n), "k": pick(seed + 1, *k)}
+        return inputs
+
+    def power(seed: int, minus: int) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            m = pick(seed, 3, 50)
+            return {"n": 2 ** m - minus, "k": m + pick(seed + 1, 0, 5)}
+        return inputs
+
+    return [
+        Case("a long run, many merges (too long to build)", draw(101, (10 ** 15, 10 ** 18),
+                                                                  (12, 40))),
+        Case("a short run, few merges", draw(103, (20, 400), (2, 4))),
+        Case("more merges than the run needs", draw(105, (1000, 10 ** 6), (30, 60))),
+        Case("a run of a power of two copies", power(107, 0)),
+        Case("a run of one copy less than a power of two", power(109, 1)),
+        Case("no merges", draw(111, (1, 300), (0, 0))),
+        Case("the empty run", lambda: {"n": 0, "k": pick(113, 0, 10)}),
+    ]
+
+
+def _run_tokens_slip(n: int, k: int, slip: str) -> int:
+    """A wrong count, one per ``slip`` (no setting of it is correct)."""
+    rest = n % 2 ** k
+    if slip == "rest as bytes":
+        return n // 2 ** k + rest
+    if slip == "rest as one":
+        return n // 2 ** k + (rest > 0)
+    if slip == "longest only":
+        return n // 2 ** k
+    if slip == "unbounded":
+        return bin(n).count("1")
+    if slip == "one merge short":
+        half = 2 ** max(k - 1, 0)
+        return n // half + bin(n % half).count("1")
+    raise ValueError(slip)
+
+
+_RUN_TOKENS_SLIPS = (
+    Slip("the copies left after the longest tokens still merge among themselves: the earlier "
+         "merges apply to them too", partial(_run_tokens_slip, slip="rest as bytes")),
+    Slip("the copies left after the longest tokens are not always one token: no merge makes a "
+         "token of just that many copies", partial(_run_tokens_slip, slip="rest as one")),
+    Slip("the copies left at the end of the run are tokens too",
+         partial(_run_tokens_slip, slip="longest only")),
+    Slip("there are only k merges: the longest token holds a limited number of copies",
+         partial(_run_tokens_slip, slip="unbounded")),
+    Slip("count the copies each merge's token holds again: merge 0 already joins two copies",
+         partial(_run_tokens_slip, slip="one merge short")),
+)
+
+
+# 5. bits_per_byte_loss -------------------------------------------------------------------------
 
 
 def _bpb_cases() -> list[Case]:
@@ -329,7 +387,167 @@ _BPB_SLIPS = (
 )
 
 
-# 8. temperature_top_k --------------------------------------------------------------------------
+# 6. generation_cost ----------------------------------------------------------------------------
+
+
+def _cost_cases() -> list[Case]:
+    def draw(seed: int, kind: str) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            n_layer, n_embd = pick(seed, 1, 48), 8 * pick(seed + 1, 1, 200)
+            prompt_len, new_tokens = pick(seed + 2, 1, 500), pick(seed + 3, 2, 300)
+            if kind == "one new token":
+                new_tokens = 1
+            if kind == "one-token prompt":
+                prompt_len = 1
+            return {"n_layer": n_layer, "n_embd": n_embd, "prompt_len": prompt_len,
+                    "new_tokens": new_tokens}
+        return inputs
+
+    return [
+        Case("a prompt and many new tokens", draw(81, "plain")),
+        Case("a long generation, a deep model", draw(85, "plain")),
+        Case("one new token (the prefill alone)", draw(89, "one new token")),
+        Case("a one-token prompt", draw(93, "one-token prompt")),
+    ]
+
+
+def _cost(n_layer: int, n_embd: int, prompt_len: int, new_tokens: int,
+          slip: str = "") -> tuple[int, int, int]:
+    """A wrong cost, one per ``slip`` (no setting of it is correct)."""
+    P, n = prompt_len, new_tokens
+    without = sum(P + i - 1 for i in range(1, n + 1))
+    run = P + n - 1
+    if slip == "runs the last":
+        run = P + n
+    if slip == "prefix includes the new":
+        without = sum(P + i for i in range(1, n + 1))
+    if slip == "no cache re-runs one":
+        without = n * (P + n - 1)
+    cached = 2 * n_layer * n_embd * run
+    if slip == "keys only":
+        cached //= 2
+    if slip == "one layer":
+        cached //= n_layer
+    return without, run, cached
+
+
+_COST_SLIPS = (
+    Slip("the last new token is never run through the model: nothing is predicted from it",
+         partial(_cost, slip="runs the last")),
+    Slip("without the cache, new token i is predicted from a prefix of P + i - 1 tokens (the "
+         "prompt and the i - 1 tokens before it)", partial(_cost, slip="prefix includes the new")),
+    Slip("without the cache the prefixes grow by one token per step: sum their lengths",
+         partial(_cost, slip="no cache re-runs one")),
+    Slip("the cache holds a key and a value for each position", partial(_cost, slip="keys only")),
+    Slip("every layer has its own cache: its keys and values come from its own input",
+         partial(_cost, slip="one layer")),
+)
+
+
+# 7. cached_chunk_attention ---------------------------------------------------------------------
+
+
+def cached_chunk_attention(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
+                           w_attn: torch.Tensor, b_attn: torch.Tensor, w_proj: torch.Tensor,
+                           b_proj: torch.Tensor, n_head: int,
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference: ``T`` new positions through :class:`~course_lib.gpt.CausalSelfAttention` with a
+    :class:`~course_lib.gpt.KVCache` holding ``past_k, past_v``; returns ``(y, k, v)``."""
+    B, T, d = x.shape
+    config = gpt.GPTConfig(vocab_size=1, block_size=1, n_layer=1, n_head=n_head, n_embd=d,
+                           attn_impl="reference")
+    attn = gpt.CausalSelfAttention(config).to(x.dtype).eval()
+    with torch.no_grad():
+        attn.c_attn.weight.copy_(w_attn)
+        attn.c_attn.bias.copy_(b_attn)
+        attn.c_proj.weight.copy_(w_proj)
+        attn.c_proj.bias.copy_(b_proj)
+        cache = gpt.KVCache(n_layer=1)
+        if past_k.shape[2] > 0:
+            cache.update(0, past_k, past_v)
+        y = attn(x, cache, 0)  # (B, T, d)
+    return y, cache.keys[0], cache.values[0]  # type: ignore[return-value]
+
+
+def _chunk_cases() -> list[Case]:
+    def build(seed: int, B: int, P: tuple[int, int], T: tuple[int, int], d_head: int, h: int,
+              dtype: torch.dtype) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            g = gen(seed)
+            n_past, n_new = pick(seed, *P), pick(seed + 1, *T)
+            d = d_head * h
+
+            def r(*shape: int, scale: float = 1.0) -> torch.Tensor:
+                return (scale * torch.randn(*shape, generator=g, dtype=f64)).to(dtype)
+
+            return {"x": r(B, n_new, d), "past_k": r(B, h, n_past, d_head),
+                    "past_v": r(B, h, n_past, d_head), "w_attn": r(3 * d, d, scale=d ** -0.5),
+                    "b_attn": r(3 * d, scale=0.1), "w_proj": r(d, d, scale=d ** -0.5),
+                    "b_proj": r(d, scale=0.1), "n_head": h}
+        return inputs
+
+    return [
+        Case("float32, decode: one new position after a cache", build(71, 2, (3, 9), (1, 1), 4, 4,
+                                                                       f32)),
+        Case("float64, prefill: a prompt with an empty cache", build(72, 2, (0, 0), (3, 8), 3, 2,
+                                                                      f64)),
+        Case("float32, a chunk after a cache (chunked prefill)", build(73, 3, (2, 7), (2, 6), 4,
+                                                                        3, f32)),
+        Case("float64, batch size 1, one head, a chunk after a cache",
+             build(74, 1, (1, 5), (2, 5), 6, 1, f64)),
+        Case("float32, an empty cache and one position", build(75, 2, (0, 0), (1, 1), 4, 2, f32)),
+    ]
+
+
+def _chunk(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, w_attn: torch.Tensor,
+           b_attn: torch.Tensor, w_proj: torch.Tensor, b_proj: torch.Tensor, n_head: int,
+           slip: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A wrong chunk of cached attention, one per ``slip`` (no setting of it is correct)."""
+    B, T, d = x.shape
+    P, dh = past_k.shape[2], d // n_head
+    q, k, v = (x @ w_attn.T + b_attn).split(d, dim=-1)  # 3 x (B, T, d)
+    if slip == "swapped":
+        q, k = k, q
+    q, k, v = (t.reshape(B, T, n_head, dh).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dh)
+    new_first = slip == "new first"
+    keys = torch.cat([k, past_k] if new_first else [past_k, k], dim=2)  # (B, h, P + T, dh)
+    values = torch.cat([v, past_v] if new_first else [past_v, v], dim=2)
+    i = torch.arange(T)[:, None]
+    j = torch.arange(P + T)[None, :]
+    allowed = {"square": j <= i, "no mask": j >= 0, "strict": j < i + P}.get(slip, j <= i + P)
+    if new_first:
+        allowed = torch.cat([allowed[:, P:], allowed[:, :P]], dim=1)
+    scores = q @ keys.transpose(-2, -1) / (1.0 if slip == "no scale" else math.sqrt(dh))
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)  # (B, h, T, P + T)
+    y = (weights @ values).transpose(1, 2).reshape(B, T, d)
+    return y @ w_proj.T + b_proj, keys, values
+
+
+_CHUNK_SLIPS = (
+    Slip("scale the scores by 1 / sqrt(d_head), the width of one head",
+         partial(_chunk, slip="no scale")),
+    Slip("c_attn's output is queries, keys, values in that order",
+         partial(_chunk, slip="swapped")),
+    Slip("append the new keys and values after the cached ones (positions stay in order)",
+         partial(_chunk, slip="new first")),
+    Slip("new position i is position P + i of the sequence: it sees the P cached keys and the new "
+         "ones up to itself, not the first i + 1 keys", partial(_chunk, slip="square")),
+    Slip("a new position must not see the new positions after it (causal)",
+         partial(_chunk, slip="no mask")),
+    Slip("each position attends to itself too", partial(_chunk, slip="strict")),
+)
+
+
+# 8. length_normalisation (question) ------------------------------------------------------------
+
+
+_LENGTH_NORMALISATION = Question(
+    id="language_models.length_normalisation", choices="abcd",
+    hint=("reason in general, for every alpha > 0 and every beam, not from an example: the "
+          "sign of s matters"))
+
+
+# 9. temperature_top_k --------------------------------------------------------------------------
 
 
 def temperature_top_k(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
@@ -398,7 +616,7 @@ _TOP_K_SLIPS = (
 )
 
 
-# 9. top_p_filter -------------------------------------------------------------------------------
+# 10. top_p_filter -------------------------------------------------------------------------------
 
 #: The statement's tolerance: a cumulative mass within this much below ``p`` has reached ``p``.
 TOP_P_TOLERANCE = 1e-6
@@ -600,167 +818,7 @@ _TOP_P_SLIPS = (
 )
 
 
-# 5. generation_cost ----------------------------------------------------------------------------
-
-
-def _cost_cases() -> list[Case]:
-    def draw(seed: int, kind: str) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            n_layer, n_embd = pick(seed, 1, 48), 8 * pick(seed + 1, 1, 200)
-            prompt_len, new_tokens = pick(seed + 2, 1, 500), pick(seed + 3, 2, 300)
-            if kind == "one new token":
-                new_tokens = 1
-            if kind == "one-token prompt":
-                prompt_len = 1
-            return {"n_layer": n_layer, "n_embd": n_embd, "prompt_len": prompt_len,
-                    "new_tokens": new_tokens}
-        return inputs
-
-    return [
-        Case("a prompt and many new tokens", draw(81, "plain")),
-        Case("a long generation, a deep model", draw(85, "plain")),
-        Case("one new token (the prefill alone)", draw(89, "one new token")),
-        Case("a one-token prompt", draw(93, "one-token prompt")),
-    ]
-
-
-def _cost(n_layer: int, n_embd: int, prompt_len: int, new_tokens: int,
-          slip: str = "") -> tuple[int, int, int]:
-    """A wrong cost, one per ``slip`` (no setting of it is correct)."""
-    P, n = prompt_len, new_tokens
-    without = sum(P + i - 1 for i in range(1, n + 1))
-    run = P + n - 1
-    if slip == "runs the last":
-        run = P + n
-    if slip == "prefix includes the new":
-        without = sum(P + i for i in range(1, n + 1))
-    if slip == "no cache re-runs one":
-        without = n * (P + n - 1)
-    cached = 2 * n_layer * n_embd * run
-    if slip == "keys only":
-        cached //= 2
-    if slip == "one layer":
-        cached //= n_layer
-    return without, run, cached
-
-
-_COST_SLIPS = (
-    Slip("the last new token is never run through the model: nothing is predicted from it",
-         partial(_cost, slip="runs the last")),
-    Slip("without the cache, new token i is predicted from a prefix of P + i - 1 tokens (the "
-         "prompt and the i - 1 tokens before it)", partial(_cost, slip="prefix includes the new")),
-    Slip("without the cache the prefixes grow by one token per step: sum their lengths",
-         partial(_cost, slip="no cache re-runs one")),
-    Slip("the cache holds a key and a value for each position", partial(_cost, slip="keys only")),
-    Slip("every layer has its own cache: its keys and values come from its own input",
-         partial(_cost, slip="one layer")),
-)
-
-
-# 6. cached_chunk_attention ---------------------------------------------------------------------
-
-
-def cached_chunk_attention(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
-                           w_attn: torch.Tensor, b_attn: torch.Tensor, w_proj: torch.Tensor,
-                           b_proj: torch.Tensor, n_head: int,
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference: ``T`` new positions through :class:`~course_lib.gpt.CausalSelfAttention` with a
-    :class:`~course_lib.gpt.KVCache` holding ``past_k, past_v``; returns ``(y, k, v)``."""
-    B, T, d = x.shape
-    config = gpt.GPTConfig(vocab_size=1, block_size=1, n_layer=1, n_head=n_head, n_embd=d,
-                           attn_impl="reference")
-    attn = gpt.CausalSelfAttention(config).to(x.dtype).eval()
-    with torch.no_grad():
-        attn.c_attn.weight.copy_(w_attn)
-        attn.c_attn.bias.copy_(b_attn)
-        attn.c_proj.weight.copy_(w_proj)
-        attn.c_proj.bias.copy_(b_proj)
-        cache = gpt.KVCache(n_layer=1)
-        if past_k.shape[2] > 0:
-            cache.update(0, past_k, past_v)
-        y = attn(x, cache, 0)  # (B, T, d)
-    return y, cache.keys[0], cache.values[0]  # type: ignore[return-value]
-
-
-def _chunk_cases() -> list[Case]:
-    def build(seed: int, B: int, P: tuple[int, int], T: tuple[int, int], d_head: int, h: int,
-              dtype: torch.dtype) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            g = gen(seed)
-            n_past, n_new = pick(seed, *P), pick(seed + 1, *T)
-            d = d_head * h
-
-            def r(*shape: int, scale: float = 1.0) -> torch.Tensor:
-                return (scale * torch.randn(*shape, generator=g, dtype=f64)).to(dtype)
-
-            return {"x": r(B, n_new, d), "past_k": r(B, h, n_past, d_head),
-                    "past_v": r(B, h, n_past, d_head), "w_attn": r(3 * d, d, scale=d ** -0.5),
-                    "b_attn": r(3 * d, scale=0.1), "w_proj": r(d, d, scale=d ** -0.5),
-                    "b_proj": r(d, scale=0.1), "n_head": h}
-        return inputs
-
-    return [
-        Case("float32, decode: one new position after a cache", build(71, 2, (3, 9), (1, 1), 4, 4,
-                                                                       f32)),
-        Case("float64, prefill: a prompt with an empty cache", build(72, 2, (0, 0), (3, 8), 3, 2,
-                                                                      f64)),
-        Case("float32, a chunk after a cache (chunked prefill)", build(73, 3, (2, 7), (2, 6), 4,
-                                                                        3, f32)),
-        Case("float64, batch size 1, one head, a chunk after a cache",
-             build(74, 1, (1, 5), (2, 5), 6, 1, f64)),
-        Case("float32, an empty cache and one position", build(75, 2, (0, 0), (1, 1), 4, 2, f32)),
-    ]
-
-
-def _chunk(x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, w_attn: torch.Tensor,
-           b_attn: torch.Tensor, w_proj: torch.Tensor, b_proj: torch.Tensor, n_head: int,
-           slip: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A wrong chunk of cached attention, one per ``slip`` (no setting of it is correct)."""
-    B, T, d = x.shape
-    P, dh = past_k.shape[2], d // n_head
-    q, k, v = (x @ w_attn.T + b_attn).split(d, dim=-1)  # 3 x (B, T, d)
-    if slip == "swapped":
-        q, k = k, q
-    q, k, v = (t.reshape(B, T, n_head, dh).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dh)
-    new_first = slip == "new first"
-    keys = torch.cat([k, past_k] if new_first else [past_k, k], dim=2)  # (B, h, P + T, dh)
-    values = torch.cat([v, past_v] if new_first else [past_v, v], dim=2)
-    i = torch.arange(T)[:, None]
-    j = torch.arange(P + T)[None, :]
-    allowed = {"square": j <= i, "no mask": j >= 0, "strict": j < i + P}.get(slip, j <= i + P)
-    if new_first:
-        allowed = torch.cat([allowed[:, P:], allowed[:, :P]], dim=1)
-    scores = q @ keys.transpose(-2, -1) / (1.0 if slip == "no scale" else math.sqrt(dh))
-    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)  # (B, h, T, P + T)
-    y = (weights @ values).transpose(1, 2).reshape(B, T, d)
-    return y @ w_proj.T + b_proj, keys, values
-
-
-_CHUNK_SLIPS = (
-    Slip("scale the scores by 1 / sqrt(d_head), the width of one head",
-         partial(_chunk, slip="no scale")),
-    Slip("c_attn's output is queries, keys, values in that order",
-         partial(_chunk, slip="swapped")),
-    Slip("append the new keys and values after the cached ones (positions stay in order)",
-         partial(_chunk, slip="new first")),
-    Slip("new position i is position P + i of the sequence: it sees the P cached keys and the new "
-         "ones up to itself, not the first i + 1 keys", partial(_chunk, slip="square")),
-    Slip("a new position must not see the new positions after it (causal)",
-         partial(_chunk, slip="no mask")),
-    Slip("each position attends to itself too", partial(_chunk, slip="strict")),
-)
-
-
-# 7. length_normalisation (question) ------------------------------------------------------------
-
-
-_LENGTH_NORMALISATION = Question(
-    id="language_models.length_normalisation", choices="abcd",
-    hint=("reason in general, for every alpha > 0 and every beam, not from an example: the "
-          "sign of s matters"))
-
-
-# 10. max_copy_length ---------------------------------------------------------------------------
+# 11. max_copy_length ---------------------------------------------------------------------------
 
 
 def _copy_cases() -> list[Case]:
@@ -830,6 +888,8 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_MERGE_SLIPS),
     Exercise(id="language_models.bpe_encode", reference=bpe_encode, cases=_bpe_encode_cases,
              slips=_BPE_ENCODE_SLIPS, forbidden=(bpe.Tokenizer, bpe.train_bpe)),
+    Exercise(id="language_models.run_tokens", reference=bpe.run_tokens,
+             cases=_run_tokens_cases, slips=_RUN_TOKENS_SLIPS),
     Exercise(id="language_models.bits_per_byte_loss", reference=gpt.bits_per_byte_loss,
              cases=_bpb_cases, slips=_BPB_SLIPS, forbidden=(gpt.lm_loss, gpt.bits_per_byte)),
     Exercise(id="language_models.generation_cost", reference=gpt.generation_cost,
