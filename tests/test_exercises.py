@@ -107,8 +107,9 @@ NOTEBOOK_EXERCISES = {
                        "predict_forgetting", "distillation_loss", "kl_frontier", "dpo_loss",
                        "implicit_rewards", "extract_answer"],
     "09-reasoning": ["majority_vote", "pass_at_k", "plug_in_bias", "format_reward_prediction",
-                     "group_advantages", "rloo_advantages", "grpo_loss", "kl_gradients",
-                     "pass_at_k_prediction"],
+                     "group_advantages", "group_size", "rloo_advantages", "grpo_loss",
+                     "kl_loss", "response_logprobs", "pass_at_k_prediction",
+                     "std_ablation_prediction"],
 }
 
 #: Each chapter's questions (a letter to choose; tests/test_questions.py grades them).
@@ -121,7 +122,8 @@ QUESTIONS = {
     "06-efficient-attention": [],
     "07-modern-decoder": ["ladder_prediction"],
     "08-fine-tuning": ["predict_forgetting"],
-    "09-reasoning": ["format_reward_prediction", "pass_at_k_prediction"],
+    "09-reasoning": ["format_reward_prediction", "pass_at_k_prediction",
+                     "std_ablation_prediction"],
 }
 
 #: Slips (by index in the exercise's ``slips``) that only the hidden tests catch: the visible
@@ -148,7 +150,9 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "reasoning.majority_vote": {2},
     "reasoning.group_advantages": {2},
     "reasoning.grpo_loss": {6},
-    "reasoning.kl_gradients": {0, 3},
+    "reasoning.kl_loss": {0, 1, 2, 3, 4},
+    "reasoning.group_size": {0, 1, 2, 3},
+    "reasoning.response_logprobs": {0},
 }
 
 

@@ -195,3 +195,90 @@ def test_grpo_loss_gradient_off_policy_with_kl() -> None:
     active = torch.where(a > 0, rho < 1.2, rho > 0.8)
     expected = (-a * rho * active + 0.3 * (1 - (ref - logp).exp())) * mask / mask.sum()
     torch.testing.assert_close(out["grad"], expected)
+
+
+def test_group_size_against_exact_fractions_and_sampling() -> None:
+    """Exercise 6's reference: the chance that a group of G has all advantages 0 is
+    mean_i p_i^G + (1 - p_i)^G (exact fractions), and a simulation of groups agrees with it;
+    the size returned is the first to meet the bound."""
+    from course_lib.exercises.reasoning import group_size
+
+    rates = [Fraction(1, 10), Fraction(1, 2), Fraction(9, 10)]
+    for bound in (0.5, 0.2, 0.05):
+        g = group_size(torch.tensor([float(p) for p in rates], dtype=torch.float64), bound)
+
+        def waste(size: int) -> Fraction:
+            return sum(p ** size + (1 - p) ** size for p in rates) / len(rates)
+
+        assert waste(g) <= bound and (g == 2 or waste(g - 1) > bound)
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+    which = torch.randint(0, 3, (200_000,), generator=gen)
+    rewards = torch.rand(200_000, 6, generator=gen, dtype=torch.float64) < p[which, None]
+    equal = (rewards.all(1) | (~rewards).all(1)).double().mean().item()
+    assert equal == pytest.approx(float((p ** 6 + (1 - p) ** 6).mean()), abs=3e-3)
+
+
+def test_kl_loss_has_the_kls_expected_gradient_and_k3_does_not() -> None:
+    """Exercise 9's reference (k2 as a loss): its gradient at each token, weighted by the detached
+    sampling probabilities, is autograd's gradient of KL(pi || pi_ref); k3's is not; the trusted
+    postprocessing of the grader computes the same expected gradient from a shuffled layout."""
+    import numpy as np
+
+    from course_lib.exercises._calls import token_loss_grad
+    from course_lib.exercises.reasoning import EXERCISES, kl_expected_gradient, kl_loss
+
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(3, 7, generator=g, dtype=torch.float64).requires_grad_()
+    z_ref = torch.randn(3, 7, generator=g, dtype=torch.float64)
+    logp, logq = z.log_softmax(-1), z_ref.log_softmax(-1)
+    (kl_grad,) = torch.autograd.grad((logp.exp() * (logp - logq)).sum(), z, retain_graph=True)
+    for loss, right in ((kl_loss, True), (rl.k3_kl, False)):
+        (got,) = torch.autograd.grad((logp.exp().detach() * loss(logp, logq)).sum(), z,
+                                     retain_graph=True)
+        assert torch.allclose(got, kl_grad) is right
+    for case in EXERCISES["reasoning.kl_loss"].cases():
+        inputs = case.inputs()
+        out = {"grad": token_loss_grad(kl_loss, inputs)["grad"].numpy()}
+        expected = kl_expected_gradient(inputs, out)
+        rows, vocab = inputs["shape"]
+        flat = torch.empty(rows * vocab, dtype=torch.float64)
+        flat[inputs["index"]] = inputs["logp"].double()
+        ref = torch.empty(rows * vocab, dtype=torch.float64)
+        ref[inputs["index"]] = inputs["logp_ref"].double()
+        lp, lq = flat.reshape(rows, vocab), ref.reshape(rows, vocab)
+        pi = lp.exp()
+        truth = pi * (lp - lq - (pi * (lp - lq)).sum(-1, keepdim=True))
+        assert np.allclose(expected, truth.numpy(), atol=1e-5)
+
+
+def test_response_logprobs_agrees_with_the_trainers_token_logprobs() -> None:
+    """Exercise 10's reference, from logits = model(tokens), against rl.token_logprobs (which runs
+    the model on tokens[:, :-1]), on a small GPT."""
+    from course_lib import gpt
+    from course_lib.exercises.reasoning import response_logprobs
+
+    torch.manual_seed(0)
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    model.eval()
+    tokens = torch.randint(0, 11, (3, 9))
+    with torch.no_grad():
+        got = response_logprobs(model(tokens), tokens, 4)
+        torch.testing.assert_close(got, rl.token_logprobs(model, tokens, 4))
+
+
+def test_the_std_ablation_answer_matches_the_shipped_runs() -> None:
+    """Exercise 12's answer is what the shipped ablations measured: the KL to the reference over
+    the last ten steps, mean over the seeds, of "no std" against GRPO's; (c) more than 20%
+    smaller, (b) within 20%, (a) more than 20% larger. Every seed agrees with the letter."""
+    runs = reasoning.load_results("ablations")["runs"]
+    seeds = sorted({r["seed"] for r in runs.values()})
+
+    def kl(name: str, seed: int) -> float:
+        return sum(runs[f"{name}/{seed}"]["history"]["kl"][-10:]) / 10
+
+    letter = answer("reasoning.std_ablation_prediction")
+    ratios = [kl("no std", s) / kl("GRPO", s) for s in seeds]  # 0.63, 0.53 when written
+    mean = (sum(kl("no std", s) for s in seeds) / sum(kl("GRPO", s) for s in seeds))
+    for ratio in ratios + [mean]:
+        assert {"a": ratio > 1.2, "b": 0.8 <= ratio <= 1.2, "c": ratio < 0.8}[letter]

@@ -114,3 +114,32 @@ def loss_and_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, t
     if grad is None:
         grad = torch.zeros_like(logp)
     return {"loss": loss.detach(), "grad": grad}
+
+
+def token_loss_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``fn(logp, logp_ref)`` (one loss per token, ``logp``'s shape) and the gradient of their
+    sum with respect to ``logp``.
+
+    Used by chapter 9's ``kl_loss``: what the expected gradient over sampled tokens is, is
+    computed from this gradient on the trusted side.
+
+    Example:
+        >>> out = token_loss_grad(lambda logp, logp_ref: (logp - logp_ref) ** 2,
+        ...                       {"logp": torch.tensor([-1.0, -2.0]), "logp_ref": torch.zeros(2)})
+        >>> out["grad"].tolist()
+        [-2.0, -4.0]
+    """
+    logp = inputs["logp"].detach().clone().requires_grad_(True)
+    out = fn(logp=logp, logp_ref=inputs["logp_ref"].detach().clone())
+    if not (type(out) is torch.Tensor and out.shape == logp.shape):
+        raise AssertionError(f"return one loss per token, a tensor of shape {tuple(logp.shape)}, "
+                             f"got {type(out).__name__}"
+                             + (f" of shape {tuple(out.shape)}"
+                                if isinstance(out, torch.Tensor) else ""))
+    if not out.requires_grad:
+        raise AssertionError("the loss does not depend on logp through autograd: compute it "
+                             "from logp with torch operations, without detaching it")
+    (grad,) = torch.autograd.grad(out.sum(), logp, allow_unused=True)
+    if grad is None:
+        grad = torch.zeros_like(logp)
+    return {"grad": grad}

@@ -3,7 +3,15 @@
 Every exercise is solvable with torch (and plain Python) alone. The reference-call guard fails a
 solution that calls course_lib's implementation of any exercise of this chapter: the majority
 vote, pass@k and the plug-in estimate's bias (:mod:`course_lib.reasoning`), the advantages, the
-GRPO loss and the two KL gradients (:mod:`course_lib.rl`).
+GRPO loss, the KL gradients and the response's log-probabilities (:mod:`course_lib.rl`). Three
+references live here, not in the library: :func:`group_size`, :func:`kl_loss` and
+:func:`response_logprobs` (whose given, buggy version the notebook shows).
+
+``kl_loss`` is graded on what its gradient means: the call adapter
+(:func:`course_lib.exercises._calls.token_loss_grad`) returns the gradient of the student's
+per-token losses with respect to ``logp``, and :func:`kl_expected_gradient` (on the trusted side)
+turns it into the expected gradient with respect to the logits, which every loss whose derivative
+is ``log pi - log pi_ref`` plus a constant shares with the reference.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -13,14 +21,14 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 import torch
 
 from course_lib import reasoning, rl
-from course_lib.exercises._calls import each_call, loss_and_grad
+from course_lib.exercises._calls import each_call, loss_and_grad, token_loss_grad
 from course_lib.exercises._common import f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, Question, Slip
 
@@ -318,7 +326,107 @@ def _adv_diagnose(inputs: Any, got: Any, expected: Any) -> str | None:
     return None
 
 
-# 6. rloo_advantages -----------------------------------------------------------------------------
+# 6. group_size ----------------------------------------------------------------------------------
+
+
+def group_size(pass_rates: torch.Tensor, bound: float) -> int:
+    """The smallest group size ``G >= 2`` whose expected share of equal-reward groups is at most
+    ``bound`` (the reference of exercise 6).
+
+    With 0/1 rewards and each sample of problem ``i`` right independently with probability
+    ``p_i``, a group of ``G`` teaches nothing when its samples are all right or all wrong, with
+    probability ``p_i^G + (1 - p_i)^G``; averaged over the problems, this falls with ``G``.
+
+    Example:
+        >>> group_size(torch.tensor([0.5]), 0.1)  # 2 * 0.5^G <= 0.1 from G = 5
+        5
+    """
+    p = [float(v) for v in pass_rates.to(f64).flatten().tolist()]
+    g = 2
+    while sum(v ** g + (1 - v) ** g for v in p) / len(p) > bound:
+        g += 1
+    return g
+
+
+def _wasted(p: Sequence[float], g: int) -> float:
+    return sum(v ** g + (1 - v) ** g for v in p) / len(p)
+
+
+def _size_cases() -> list[Case]:
+    def near(seed: int, P: int, low: float, high: float, side: str,
+             ) -> Callable[[], dict[str, Any]]:
+        """A bound just above the waste at some G (answer G) or just below it (answer G + 1):
+        a simulation cannot tell them apart."""
+        def inputs() -> dict[str, Any]:
+            p = low + (high - low) * torch.rand(P, generator=gen(seed), dtype=f64)
+            g = pick(seed + 1, 3, 12)
+            w = _wasted(p.tolist(), g)
+            return {"pass_rates": p, "bound": w * (1 + 1e-9) if side == "above" else w * (1 - 1e-9)}
+        return inputs
+
+    return [
+        Case("one problem, p = 1/2", lambda: {"pass_rates": torch.tensor([0.5], dtype=f64),
+                                              "bound": 0.1}),
+        Case("float32 pass rates, a loose bound",
+             lambda: {"pass_rates": 0.1 + 0.8 * torch.rand(6, generator=gen(900)), "bound": 0.3}),
+        Case("pass rates that differ widely (the mean pass rate is not enough)",
+             lambda: {"pass_rates": torch.tensor([0.02, 0.05, 0.5, 0.9, 0.97], dtype=f64),
+                      "bound": 0.2}),
+        Case("rarely solved problems, a tight bound",
+             lambda: {"pass_rates": 0.01 + 0.04 * torch.rand(4, generator=gen(901), dtype=f64),
+                      "bound": 0.05}),
+        Case("a bound a hair above the waste of some G", near(910, 7, 0.05, 0.95, "above")),
+        Case("a bound a hair below the waste of some G", near(920, 5, 0.2, 0.99, "below")),
+        Case("pass rates drawn for this grading run", near(930, pick(931, 2, 9), 0.01, 0.99,
+                                                          "above")),
+    ]
+
+
+def _smallest(p: Sequence[float], bound: float) -> int:
+    g = 2
+    while _wasted(p, g) > bound:
+        g += 1
+    return g
+
+
+def _size_mean_rate(pass_rates: torch.Tensor, bound: float) -> int:
+    return _smallest([float(pass_rates.to(f64).mean())], bound)
+
+
+def _size_all_wrong_only(pass_rates: torch.Tensor, bound: float) -> int:
+    p = pass_rates.to(f64).tolist()
+    g = 2
+    while sum((1 - v) ** g for v in p) / len(p) > bound:
+        g += 1
+    return g
+
+
+def _size_all_right_only(pass_rates: torch.Tensor, bound: float) -> int:
+    p = pass_rates.to(f64).tolist()
+    g = 2
+    while sum(v ** g for v in p) / len(p) > bound:
+        g += 1
+    return g
+
+
+def _size_one_short(pass_rates: torch.Tensor, bound: float) -> int:
+    return _smallest(pass_rates.to(f64).tolist(), bound) - 1
+
+
+_SIZE_SLIPS = (
+    Slip("the chance of a wasted group is not a function of the mean pass rate: average each "
+         "problem's own probability over the problems (the function is convex in p, so the mean "
+         "pass rate underestimates the waste)", _size_mean_rate),
+    Slip("a group teaches nothing when its rewards are all equal: all wrong, or all right",
+         _size_all_wrong_only),
+    Slip("a group teaches nothing when its rewards are all equal: all right, or all wrong",
+         _size_all_right_only),
+    Slip("one short: the size you return must itself meet the bound (at most `bound`)",
+         _size_one_short),
+)
+
+
+# 7. rloo_advantages -----------------------------------------------------------------------------
 
 
 def _rloo_centred(rewards: torch.Tensor) -> torch.Tensor:
@@ -352,7 +460,7 @@ _RLOO_SLIPS = (
 )
 
 
-# 7. grpo_loss -----------------------------------------------------------------------------------
+# 8. grpo_loss -----------------------------------------------------------------------------------
 
 
 def _grpo_cases() -> list[Case]:
@@ -491,78 +599,170 @@ _GRPO_SLIPS = (
 )
 
 
-# 8. kl_gradients -------------------------------------------------------------------------------
+# 9. kl_loss -------------------------------------------------------------------------------------
+
+
+def kl_loss(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    r"""A per-token loss whose expected gradient is that of KL(pi || pi_ref) (the reference of
+    exercise 9).
+
+    For a token :math:`y \sim \pi` (the sampling not differentiated) a loss :math:`f(\log\pi_y)`
+    has expected gradient :math:`\sum_y \pi_y f'_y (e_y - \pi)` with respect to the logits; the
+    KL's gradient is :math:`\sum_y \pi_y (\log\pi_y - \log\pi_{\text{ref},y})(e_y - \pi)`, so
+    any :math:`f' = \log\pi_y - \log\pi_{\text{ref},y} + c` works: here
+    :math:`\tfrac12 (\log\pi_y - \log\pi_{\text{ref},y})^2` (Schulman's k2).
+
+    Example:
+        >>> kl_loss(torch.tensor([-1.0, -2.0]), torch.tensor([-1.0, -1.0]))
+        tensor([0.0000, 0.5000])
+    """
+    d = logp - logp_ref
+    return 0.5 * d * d
+
+
+def kl_expected_gradient(inputs: Mapping[str, Any], out: Any) -> Any:
+    """``Exercise.postprocess`` of ``kl_loss``: the expected gradient with respect to the logits.
+
+    The grader passes the log-probabilities of every token of ``R`` distributions over ``V``
+    tokens, flattened and shuffled (``inputs["index"]`` says where each sits); the call adapter
+    returns each token's ``d loss / d logp``. Weighted by the detached ``pi`` (the sampling) and
+    taken through ``d log pi_y / d z = e_y - pi``, it is ``pi * g - pi * (pi . g)`` per row.
+    """
+    import numpy as np
+
+    rows, vocab = inputs["shape"]
+    index = np.asarray(inputs["index"])
+    g = np.empty(rows * vocab)
+    g[index] = np.asarray(out["grad"], dtype=np.float64)
+    logp = np.empty(rows * vocab)
+    logp[index] = inputs["logp"].to(f64).numpy()
+    pi = np.exp(logp.reshape(rows, vocab))
+    weighted = pi * g.reshape(rows, vocab)
+    return weighted - pi * weighted.sum(-1, keepdims=True)
 
 
 def _kl_cases() -> list[Case]:
-    def build(seed: int, shape: tuple[int, ...], dtype: torch.dtype, scale: float = 1.0,
-              ) -> Callable[[], dict[str, Any]]:
+    def build(seed: int, rows: int, vocab: int, dtype: torch.dtype, scale: float = 1.0,
+              same: bool = False) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
-            return {"logits": randn(seed, *shape, dtype=dtype, scale=scale),
-                    "ref_logits": randn(seed + 1, *shape, dtype=dtype, scale=scale)}
+            z = randn(seed, rows, vocab, dtype=dtype, scale=scale)
+            z_ref = z.clone() if same else randn(seed + 1, rows, vocab, dtype=dtype, scale=scale)
+            index = torch.randperm(rows * vocab, generator=gen(seed + 2))
+            order = torch.argsort(index)  # flat position j holds the entry whose index is j
+            return {"logp": z.log_softmax(-1).flatten()[order],
+                    "logp_ref": z_ref.log_softmax(-1).flatten()[order],
+                    "index": index[order], "shape": (rows, vocab)}
         return inputs
 
     return [
-        Case("float64, one distribution over 5 tokens", build(800, (5,), f64)),
-        Case("float32, a batch of distributions", build(810, (4, 7), f32)),
-        Case("float64, peaked distributions", build(820, (3, 6), f64, scale=3.0)),
-        Case("float64, two tokens", build(830, (2, 2), f64)),
-        Case("float32, batch size 1", build(835, (1, 9), f32)),
-        Case("float64, the policy equal to the reference",
-             lambda: {"logits": randn(840, 3, 4, dtype=f64),
-                      "ref_logits": randn(840, 3, 4, dtype=f64)}),
+        Case("float64, one distribution over 5 tokens", build(800, 1, 5, f64)),
+        Case("float32, a batch of distributions", build(810, 4, 7, f32)),
+        Case("float64, peaked distributions", build(820, 3, 6, f64, scale=3.0)),
+        Case("float64, two tokens", build(830, 2, 2, f64)),
+        Case("float64, the policy equal to the reference", build(840, 3, 4, f64, same=True)),
         Case("float64, sizes drawn for this grading run",
-             lambda: build(850, (pick(851, 1, 6), pick(852, 2, 40)), f64)()),
+             lambda: build(850, pick(851, 1, 6), pick(852, 2, 40), f64)()),
     ]
 
 
-def _kl_pair(logits: torch.Tensor, ref_logits: torch.Tensor,
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two right gradients, written out (a slip's helper; never a reference)."""
-    logp, logq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
-    p = logp.exp()
-    kl = (p * (logp - logq)).sum(-1, keepdim=True)
-    return p * (logp - logq - kl), p - logq.exp()
+def _kl_k3(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    d = logp_ref - logp
+    return d.exp() - d - 1
 
 
-def _kl_through_sampling(logits: torch.Tensor, ref_logits: torch.Tensor,
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    exact, _ = _kl_pair(logits, ref_logits)
-    return exact, exact
+def _kl_k1(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    return logp - logp_ref
 
 
-def _kl_no_softmax(logits: torch.Tensor, ref_logits: torch.Tensor,
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    logp, logq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
-    return logp.exp() * (logp - logq), _kl_pair(logits, ref_logits)[1]
+def _kl_away(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    return -0.5 * (logp - logp_ref) ** 2
 
 
-def _kl_reverse(logits: torch.Tensor, ref_logits: torch.Tensor,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    _, k3 = _kl_pair(logits, ref_logits)
-    return k3, k3
+def _kl_half(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    return 0.25 * (logp - logp_ref) ** 2
 
 
-def _kl_k3_sign(logits: torch.Tensor, ref_logits: torch.Tensor,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    exact, k3 = _kl_pair(logits, ref_logits)
-    return exact, -k3
+def _kl_weighted(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    return logp.exp() * (logp - logp_ref)
 
 
 _KL_SLIPS = (
-    Slip("backpropagation differentiates k3 at the token that was sampled: the probability of "
-         "having sampled it weighs that gradient in the expectation but is not differentiated",
-         _kl_through_sampling),
-    Slip("the logits reach every probability through the softmax: differentiate through it "
-         "(your exact gradient misses a term)", _kl_no_softmax),
-    Slip("your exact gradient is that of KL(pi_ref || pi); the divergence asked for is "
-         "KL(pi || pi_ref) = sum_y pi_y log(pi_y / pi_ref,y)", _kl_reverse),
-    Slip("the k3 gradient has the wrong sign: differentiate k3 = r - log r - 1 with "
-         "r = pi_ref / pi", _kl_k3_sign),
+    Slip("that is k3 used as a loss: in expectation its gradient is pi - pi_ref, the gradient of "
+         "KL(pi_ref || pi), not of KL(pi || pi_ref)", _kl_k3),
+    Slip("log pi - log pi_ref used as a loss has expected gradient 0: under sampling from pi, "
+         "E[grad log pi_y] = sum_y grad pi_y = 0", _kl_k1),
+    Slip("your loss pushes the policy away from the reference: its expected gradient is minus "
+         "the KL's", _kl_away),
+    Slip("your expected gradient is half the KL's", _kl_half),
+    Slip("the sampling already weighs each token by pi_y: a per-token loss must not multiply by "
+         "pi_y again", _kl_weighted),
 )
 
 
-# 9. pass_at_k_prediction -------------------------------------------------------------------------
+# 10. response_logprobs -------------------------------------------------------------------------
+
+
+def response_logprobs(logits: torch.Tensor, tokens: torch.Tensor,
+                      prompt_length: int) -> torch.Tensor:
+    """``(B, T - prompt_length)``: the log-probability of each response token given everything
+    before it (the reference of exercise 10), from ``logits = model(tokens)``, ``(B, T, V)``,
+    whose position ``t`` is the distribution of the token at ``t + 1``.
+
+    Example:
+        >>> logits = torch.tensor([[[0.0, 0.0], [9.0, 0.0], [0.0, 0.0]]])
+        >>> response_logprobs(logits, torch.tensor([[1, 1, 0]]), 1).exp().round(decimals=3)
+        tensor([[0.5000, 1.0000]])
+    """
+    logp = logits.log_softmax(-1)[:, prompt_length - 1:-1]  # (B, N, V)
+    return logp.gather(-1, tokens[:, prompt_length:, None])[..., 0]
+
+
+def _logprob_cases() -> list[Case]:
+    def build(seed: int, B: int, T: int, V: int, prompt_length: int, dtype: torch.dtype = f32,
+              scale: float = 2.0) -> Callable[[], dict[str, Any]]:
+        def inputs() -> dict[str, Any]:
+            return {"logits": randn(seed, B, T, V, dtype=dtype, scale=scale),
+                    "tokens": torch.randint(0, V, (B, T), generator=gen(seed + 1)),
+                    "prompt_length": prompt_length}
+        return inputs
+
+    return [
+        Case("float32, a prompt of 4 tokens", build(1000, 3, 9, 6, 4)),
+        Case("float64, a prompt of one token", build(1010, 2, 6, 5, 1, f64)),
+        Case("float64, a response of one token", build(1020, 4, 7, 13, 6, f64)),
+        Case("float32, batch size 1", build(1030, 1, 12, 4, 5)),
+        Case("float64, sizes drawn for this grading run",
+             lambda: build(1040, pick(1041, 1, 5), 10, pick(1042, 2, 20), pick(1043, 1, 9), f64)()),
+    ]
+
+
+def _logprobs_unshifted(logits: torch.Tensor, tokens: torch.Tensor,
+                        prompt_length: int) -> torch.Tensor:
+    logp = logits.log_softmax(-1)
+    return logp.gather(-1, tokens[..., None])[..., 0][:, prompt_length:]
+
+
+def _logprobs_probabilities(logits: torch.Tensor, tokens: torch.Tensor,
+                            prompt_length: int) -> torch.Tensor:
+    logp = logits.log_softmax(-1)[:, prompt_length - 1:-1]
+    return logp.gather(-1, tokens[:, prompt_length:, None])[..., 0].exp()
+
+
+def _logprobs_raw_logits(logits: torch.Tensor, tokens: torch.Tensor,
+                         prompt_length: int) -> torch.Tensor:
+    return logits[:, prompt_length - 1:-1].gather(-1, tokens[:, prompt_length:, None])[..., 0]
+
+
+_LOGPROB_SLIPS = (
+    Slip("that is the given code: it scores each response token with the distribution computed "
+         "at its own position", _logprobs_unshifted),
+    Slip("return log-probabilities, not probabilities", _logprobs_probabilities),
+    Slip("normalise the logits over the vocabulary (log_softmax) before picking the token's",
+         _logprobs_raw_logits),
+)
+
+
+# 11. pass_at_k_prediction -------------------------------------------------------------------------
 
 
 _PASS_AT_K_PREDICTION = Question(
@@ -570,6 +770,15 @@ _PASS_AT_K_PREDICTION = Question(
     hint=("GRPO pushes up the answers that a group already samples right, and pays nothing for "
           "a problem whose group is all wrong: think of the problems where the starting policy "
           "is right in only one of many samples."))
+
+
+# 12. std_ablation_prediction ----------------------------------------------------------------------
+
+
+_STD_PREDICTION = Question(
+    id="reasoning.std_ablation_prediction", choices="abc",
+    hint=("how large can the standard deviation of eight rewards of 0 or 1 be, so what does "
+          "dividing by it do to the advantages? The KL penalty's weight beta does not change."))
 
 
 EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
@@ -582,11 +791,17 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
     _FORMAT_PREDICTION,
     Exercise(id="reasoning.group_advantages", reference=rl.group_advantages, cases=_adv_cases,
              slips=_ADV_SLIPS, diagnose=_adv_diagnose, forbidden=(rl.centred_advantages,)),
+    Exercise(id="reasoning.group_size", reference=group_size, cases=_size_cases,
+             slips=_SIZE_SLIPS),
     Exercise(id="reasoning.rloo_advantages", reference=rl.rloo_advantages, cases=_adv_cases,
              slips=_RLOO_SLIPS, forbidden=(rl.centred_advantages,)),
     Exercise(id="reasoning.grpo_loss", reference=rl.grpo_loss, cases=_grpo_cases,
              slips=_GRPO_SLIPS, forbidden=(rl.k3_kl,), call=loss_and_grad),
-    Exercise(id="reasoning.kl_gradients", reference=rl.kl_gradients, cases=_kl_cases,
-             slips=_KL_SLIPS),
+    Exercise(id="reasoning.kl_loss", reference=kl_loss, cases=_kl_cases, slips=_KL_SLIPS,
+             call=token_loss_grad, postprocess=kl_expected_gradient,
+             forbidden=(rl.kl_gradients,)),
+    Exercise(id="reasoning.response_logprobs", reference=response_logprobs,
+             cases=_logprob_cases, slips=_LOGPROB_SLIPS, forbidden=(rl.token_logprobs,)),
     _PASS_AT_K_PREDICTION,
+    _STD_PREDICTION,
 ]}
