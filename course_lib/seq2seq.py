@@ -132,6 +132,37 @@ def collision_loss_bound(targets: Sequence[str]) -> float:
     return float(sum(n * math.log(m / n) for n in counts))
 
 
+def offset_attention(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Additive-attention parameters with ``d_a = 2`` under which query ``i`` attends to key
+    ``i + offset``, the queries and keys holding positions only: :math:`q_i = (i, 1)`,
+    :math:`k_j = (j, 1)`, scores :math:`v^\top \tanh(W_q q_i + W_k k_j)`, softmax over the keys.
+
+    One :math:`\tanh` is monotone in the key's position, so one hidden unit can only favour an
+    end of the source. Two units make a bump: with :math:`d = j - i - \text{offset}`,
+
+    .. math:: a(i, j) = L\,\big[\tanh(s d + c) - \tanh(s d - c)\big],
+
+    which is :math:`2 L \tanh c` at :math:`d = 0` and close to 0 for :math:`|d| \ge 1` when
+    :math:`s \gg c`. With :math:`L = 20`, :math:`c = 5`, :math:`s = 15` the peak beats every other
+    score by about 40, enough for a weight above 0.99 on any source of fewer than
+    :math:`10^{15}` positions; ``n`` is not needed.
+
+    Example:
+        >>> W_q, W_k, v = offset_attention(2, 10)
+        >>> pos = torch.stack([torch.arange(10.0), torch.ones(10)], -1).double()  # (i, 1)
+        >>> w = torch.softmax(torch.tanh((pos @ W_q.T)[:, None] + pos @ W_k.T) @ v, dim=-1)
+        >>> bool(w[3, 5] > 0.99)
+        True
+    """
+    if not isinstance(offset, int) or not isinstance(n, int) or n < 1:
+        raise ValueError("offset must be an int and n a positive int")
+    L, c, s = 20.0, 5.0, 15.0
+    W_q = torch.tensor([[-s, c - s * offset], [-s, -c - s * offset]], dtype=torch.float64)
+    W_k = torch.tensor([[s, 0.0], [s, 0.0]], dtype=torch.float64)
+    v = torch.tensor([L, -L], dtype=torch.float64)
+    return W_q, W_k, v
+
+
 class Encoder(nn.Module):
     r"""Bidirectional GRU over the source: annotations :math:`h_j = [\overrightarrow{h}_j;
     \overleftarrow{h}_j]` and a summary of the whole source.

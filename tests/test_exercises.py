@@ -84,7 +84,7 @@ def _param(exercise_id: str, *values: Any, id: str | None = None) -> Any:  # noq
 NOTEBOOK_EXERCISES = {
     "01-seq2seq": ["collision_loss", "greedy_decode", "beam_search", "beam_vs_greedy",
                    "beam_cost", "masked_softmax", "additive_score", "context_vector",
-                   "attention_decoder_step", "uniform_attention"],
+                   "attention_decoder_step", "uniform_attention", "offset_attention"],
     "02-self-attention": ["score_variance", "scaled_dot_product_attention", "cached_attention_step",
                           "kv_cache_cost", "multi_head_attention", "sinusoidal_encoding",
                           "relative_position_map", "pe_similarity", "predict_one_pair"],

@@ -157,3 +157,35 @@ def test_the_decoding_visible_tests_need_no_course_lib_module() -> None:
     for name in ("greedy_decode", "beam_search", "beam_cost"):
         text = visible_tests(SLUG, name)
         assert "decoding" not in text, name
+
+
+def test_offset_attention_is_graded_by_the_rule_not_one_design() -> None:
+    """Another valid design (other scales, units swapped) passes every hidden case; a monotone
+    score, a bump at i - offset, wrong shapes and a peak too low each fail some case."""
+    ex = ex1.EXERCISES["seq2seq.offset_attention"]
+
+    def other(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s, c, L = 40.0, 10.0, 30.0
+        W_q = torch.tensor([[-s, -c - s * offset], [-s, c - s * offset]], dtype=torch.float64)
+        W_k = torch.tensor([[s, 0.0], [s, 0.0]], dtype=torch.float64)
+        return W_q, W_k, torch.tensor([-L, L], dtype=torch.float64)
+
+    assert [r.message for r in grading.evaluate(ex.id, other)] == [None] * len(ex.cases())
+
+    def monotone(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (torch.tensor([[1.0, -offset], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 0.0]]),
+                torch.tensor([50.0, 0.0]))
+
+    def mirrored(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return other(-offset, n)
+
+    def wide(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        W_q, W_k, v = other(offset, n)
+        return torch.cat([W_q, W_q]), torch.cat([W_k, W_k]), torch.cat([v, v])
+
+    for wrong in (monotone, mirrored, wide, ex.slips[0].fn):
+        assert any(r.message for r in grading.evaluate(ex.id, wrong)), wrong
+    flat = [r.message for r in grading.evaluate(ex.id, ex.slips[0].fn) if r.message]
+    assert all(ex.slips[0].message in m for m in flat)
+    wrong_shape = [r.message for r in grading.evaluate(ex.id, wide) if r.message]
+    assert all("(2, 2)" in m for m in wrong_shape)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from course_lib import alignment, data, decoding, seq2seq
+from course_lib.exercises.seq2seq import offset_weights
 from course_lib.seq2seq import (
     AttentionSeq2Seq,
     Encoder,
@@ -185,3 +186,26 @@ def test_collision_loss_bound_by_hand() -> None:
     assert math.isclose(seq2seq.collision_loss_bound(["1", "2", "3", "3"]), 6 * math.log(2))
     with pytest.raises(ValueError, match="non-empty"):
         seq2seq.collision_loss_bound([])
+
+
+@pytest.mark.parametrize("offset", [0, 1, -1, 5, -40, 300])
+@pytest.mark.parametrize("n", [2, 17, 2000])
+def test_offset_attention_puts_the_weight_on_key_i_plus_offset(offset: int, n: int) -> None:
+    """With d_a = 2 units, the design attends to key i + offset on any source length."""
+    W_q, W_k, v = seq2seq.offset_attention(offset, n)
+    assert (W_q.shape, W_k.shape, v.shape) == ((2, 2), (2, 2), (2,))
+    weights = offset_weights(W_q, W_k, v, n)
+    rows = torch.tensor([i for i in range(n) if 0 <= i + offset < n], dtype=torch.long)
+    if len(rows):
+        assert weights[rows, rows + offset].min() >= 0.99
+    torch.testing.assert_close(weights.sum(-1), torch.ones(n, dtype=torch.float64))
+
+
+def test_one_tanh_unit_cannot_attend_to_an_inner_key() -> None:
+    """A single unit's score is monotone in j: its weights peak at an end of the source."""
+    W_q = torch.tensor([[-0.3, 0.1], [0.0, 0.0]], dtype=torch.float64)
+    W_k = torch.tensor([[0.3, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    for v in (torch.tensor([5.0, 0.0], dtype=torch.float64),
+              torch.tensor([-5.0, 0.0], dtype=torch.float64)):
+        peaks = offset_weights(W_q, W_k, v, 9).argmax(-1)
+        assert set(peaks.tolist()) <= {0, 8}

@@ -17,6 +17,8 @@ exercise                     reference
 ``attention_decoder_step``   :func:`course_lib.seq2seq.attention_decoder_step` (a given step
                              whose attention is uniform, to debug)
 ``uniform_attention``        a prediction: the trained model with its attention made uniform
+``offset_attention``         :func:`course_lib.seq2seq.offset_attention` (a design under a
+                             constraint, graded by property: :func:`offset_verdicts`)
 ===========================  ===========================================================
 
 Calling course_lib's implementation of *any* of them fails the exercise (the grading guard).
@@ -774,6 +776,84 @@ _UNIFORM_ATTENTION = Question(
           "summary?"))
 
 
+# 11. offset_attention (design under a constraint) -------------------------------------------
+# Graded by property, not against one memorised design: the trusted side computes the weights of
+# the student's parameters on positions 0 .. n - 1 and checks the rules of the statement.
+_OFFSET_KEYS = ("three arrays W_q (2, 2), W_k (2, 2) and v (2,), finite",
+                "every query's highest score is at key i + offset",
+                "every query puts at least 0.99 of its weight on key i + offset")
+
+
+def offset_weights(W_q: torch.Tensor, W_k: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``(n, n)`` float64 weights of queries ``(i, 1)`` on keys ``(j, 1)`` under the
+    additive score ``v^T tanh(W_q q + W_k k)``: row ``i``, query ``i``'s softmax over the keys."""
+    W_q, W_k, v = (torch.as_tensor(x, dtype=torch.float64) for x in (W_q, W_k, v))
+    pos = torch.stack([torch.arange(n, dtype=torch.float64),
+                       torch.ones(n, dtype=torch.float64)], dim=-1)  # (n, 2)
+    scores = torch.tanh((pos @ W_q.T)[:, None, :] + (pos @ W_k.T)[None, :, :]) @ v  # (n, n)
+    return torch.softmax(scores, dim=-1)
+
+
+def offset_verdicts(inputs: Mapping[str, Any], design: Any) -> dict[str, bool]:
+    """``Exercise.postprocess`` of ``offset_attention``: the design checked against the rules.
+
+    Only the queries ``i`` whose key ``i + offset`` exists (``0 <= i + offset < n``) are checked.
+    """
+    verdict = dict.fromkeys(_OFFSET_KEYS, False)
+    try:
+        W_q, W_k, v = (torch.as_tensor(np.asarray(x, dtype=np.float64)) for x in design)
+    except (TypeError, ValueError):
+        return verdict
+    if (tuple(W_q.shape), tuple(W_k.shape), tuple(v.shape)) != ((2, 2), (2, 2), (2,)) or \
+            not all(bool(torch.isfinite(x).all()) for x in (W_q, W_k, v)):
+        return verdict
+    verdict[_OFFSET_KEYS[0]] = True
+    n, offset = inputs["n"], inputs["offset"]
+    weights = offset_weights(W_q, W_k, v, n)
+    rows = torch.arange(n)
+    keep = (rows + offset >= 0) & (rows + offset < n)
+    rows = rows[keep]
+    target = rows + offset
+    verdict[_OFFSET_KEYS[1]] = bool((weights[rows].argmax(-1) == target).all())
+    verdict[_OFFSET_KEYS[2]] = bool((weights[rows, target] >= 0.99).all())
+    return verdict
+
+
+def _offset_cases() -> list[Case]:
+    def make(offset: int, n: int) -> Any:
+        return lambda: {"offset": offset, "n": n}
+
+    return [
+        Case("offset 0, a short source", make(0, pick(41, 3, 9))),
+        Case("offset 1, a long source", make(1, pick(42, 1500, 2000))),
+        Case("a negative offset", make(-pick(43, 1, 4), pick(44, 200, 600))),
+        Case("a large offset, a long source", make(pick(45, 100, 400), pick(46, 1500, 2000))),
+        Case("a large negative offset", make(-pick(47, 30, 90), pick(48, 300, 900))),
+        Case("two positions", make(pick(49, 0, 1), 2)),
+    ]
+
+
+def _offset_flat(offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A design whose scores peak at the right key by too little (torch-only, no reference)."""
+    c, s = 5.0, 15.0
+    W_q = torch.tensor([[-s, c - s * offset], [-s, -c - s * offset]], dtype=torch.float64)
+    W_k = torch.tensor([[s, 0.0], [s, 0.0]], dtype=torch.float64)
+    return W_q, W_k, torch.tensor([1.0, -1.0], dtype=torch.float64)
+
+
+_OFFSET_SLIPS = (
+    Slip("the weights peak at the right key, but not by enough: on a long source the many "
+         "other keys together take more than 1% of the weight", _offset_flat),
+)
+
+
+def _offset_diagnose(inputs: Mapping[str, Any], got: Any, expected: Any) -> str | None:
+    if isinstance(got, dict) and not got.get(_OFFSET_KEYS[0], True):
+        return ("return (W_q, W_k, v): W_q and W_k of shape (2, 2) (d_a = 2 hidden units, "
+                "inputs (position, 1)), v of shape (2,), all finite")
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # The registry, in notebook order
 # --------------------------------------------------------------------------------------------
@@ -798,4 +878,7 @@ EXERCISES: dict[str, Exercise] = {ex.id: ex for ex in [
              cases=_decoder_step_cases, slips=_DECODER_STEP_SLIPS,
              diagnose=_decoder_step_diagnose),
     _UNIFORM_ATTENTION,
+    Exercise(id="seq2seq.offset_attention", reference=seq2seq.offset_attention,
+             cases=_offset_cases, slips=_OFFSET_SLIPS, postprocess=offset_verdicts,
+             diagnose=_offset_diagnose),
 ]}
