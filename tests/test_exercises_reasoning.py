@@ -248,8 +248,14 @@ def test_kl_loss_has_the_kls_expected_gradient_and_k3_does_not() -> None:
         ref[inputs["index"]] = inputs["logp_ref"].double()
         lp, lq = flat.reshape(rows, vocab), ref.reshape(rows, vocab)
         pi = lp.exp()
+        assert torch.allclose(pi.sum(-1), torch.ones(rows, dtype=torch.float64), atol=1e-5)
         truth = pi * (lp - lq - (pi * (lp - lq)).sum(-1, keepdim=True))
         assert np.allclose(expected, truth.numpy(), atol=1e-5)
+        # a derivative off by a constant, (log-ratio + 1) * logp with the log-ratio detached,
+        # has the same expected gradient (sum_y pi_y (e_y - pi) = 0 in each distribution)
+        shifted = {"grad": token_loss_grad(
+            lambda logp, logp_ref: ((logp - logp_ref).detach() + 1) * logp, inputs)["grad"].numpy()}
+        assert np.allclose(kl_expected_gradient(inputs, shifted), expected, atol=1e-5)
 
 
 def test_response_logprobs_agrees_with_the_trainers_token_logprobs() -> None:

@@ -647,16 +647,15 @@ def _kl_cases() -> list[Case]:
         def inputs() -> dict[str, Any]:
             z = randn(seed, rows, vocab, dtype=dtype, scale=scale)
             z_ref = z.clone() if same else randn(seed + 1, rows, vocab, dtype=dtype, scale=scale)
-            index = torch.randperm(rows * vocab, generator=gen(seed + 2))
-            order = torch.argsort(index)  # flat position j holds the entry whose index is j
-            return {"logp": z.log_softmax(-1).flatten()[order],
-                    "logp_ref": z_ref.log_softmax(-1).flatten()[order],
-                    "index": index[order], "shape": (rows, vocab)}
+            index = torch.randperm(rows * vocab, generator=gen(seed + 2))  # position j holds
+            return {"logp": z.log_softmax(-1).flatten()[index],  # entry index[j] of (rows, vocab)
+                    "logp_ref": z_ref.log_softmax(-1).flatten()[index],
+                    "index": index, "shape": (rows, vocab)}
         return inputs
 
     return [
         Case("float64, one distribution over 5 tokens", build(800, 1, 5, f64)),
-        Case("float32, a batch of distributions", build(810, 4, 7, f32)),
+        Case("float32, a batch of distributions", build(810, 4, 7, f32), rtol=1e-4, atol=1e-6),
         Case("float64, peaked distributions", build(820, 3, 6, f64, scale=3.0)),
         Case("float64, two tokens", build(830, 2, 2, f64)),
         Case("float64, the policy equal to the reference", build(840, 3, 4, f64, same=True)),
