@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -504,7 +504,7 @@ def load_policy(device: torch.device | str = "cpu") -> gpt.GPT:
     return model.to(device).eval()
 
 
-def load_results(part: str) -> dict[str, Any]:
+def load_results(part: Literal["cot", "rl", "ablations"]) -> dict[str, Any]:
     """The shipped results of ``scripts/train_reasoning.py --part cot|rl|ablations``."""
     if part not in ("cot", "rl", "ablations"):
         raise ValueError(f"part must be 'cot', 'rl' or 'ablations', got {part!r}")

@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -199,7 +199,7 @@ def _check_sequences(name: str, tokens: torch.Tensor, vocab_size: int,
 
 def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
               advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float | None = 0.2,
-              beta: float = 0.04, level: str = "token") -> torch.Tensor:
+              beta: float = 0.04, level: Literal["token", "sequence"] = "token") -> torch.Tensor:
     r"""The GRPO loss (to minimise) of a batch of sampled completions.
 
     Per response token :math:`t` of sequence :math:`b`, with
@@ -398,9 +398,9 @@ class GRPOConfig:
     clip_eps: float | None = 0.2  # None: no clipping (an ablation)
     beta: float = 0.04  # weight of the k3 KL to the reference
     temperature: float = 1.0
-    reward: str = "correct"  # a key of reasoning.REWARDS
-    advantage: str = "group"  # a key of ADVANTAGES ("centred": Dr. GRPO's, no std)
-    level: str = "token"  # grpo_loss's averaging
+    reward: Literal["correct", "format"] = "correct"  # a key of reasoning.REWARDS
+    advantage: Literal["group", "rloo", "centred"] = "group"  # ADVANTAGES' ("centred": no std)
+    level: Literal["token", "sequence"] = "token"  # grpo_loss's averaging
     seed: int = 0
 
     def __post_init__(self) -> None:

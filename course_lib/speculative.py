@@ -40,8 +40,8 @@ LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
 def _check_probabilities(name: str, t: torch.Tensor, ndim: int | None, shape: str) -> None:
     check_float_tensor(name, t, ndim=ndim, min_ndim=1, shape=shape)
-    if bool((torch.isnan(t) | (t < 0)).any()):
-        raise ValueError(f"{name} must hold probabilities (>= 0, no NaN)")
+    if bool((torch.isnan(t) | (t < 0) | (t > 1)).any()):
+        raise ValueError(f"{name} must hold probabilities (in [0, 1], no NaN)")
 
 
 def _check_generation(prompt: torch.Tensor, max_new_tokens: int, temperature: float,

@@ -1246,7 +1246,8 @@ CASES: dict[str, Entry] = {
     "speculative.acceptance_probability": Entry(
         lambda: (speculative.acceptance_probability, {"p": torch.tensor([0.5, 0.5]),
                                                       "q": torch.tensor([0.9, 0.1])}),
-        {"p": ("int", "0d", "negative", "nan", "list"), "q": ("0d", "float64", "empty")}),
+        {"p": ("int", "0d", "negative", "nan", "list", "above_one"),
+         "q": ("0d", "float64", "empty", "above_one")}),
     "speculative.accept_step": Entry(
         lambda: (speculative.accept_step, {"p": torch.tensor([[0.5, 0.5], [0.9, 0.1]]),
                                            "q": torch.tensor([[0.0, 1.0]]),
@@ -1254,7 +1255,8 @@ CASES: dict[str, Entry] = {
         {"p": ("int", "0d", "nan"),
          "q": ("int", "0d", "negative",
                Custom("zero_for_the_draft", lambda q: torch.tensor([[1.0, 0.0]]))),
-         "drafts": ("float", "0d", "id_too_large", "negative"), "u": ("int", "0d", "nan")},
+         "drafts": ("float", "0d", "id_too_large", "negative"),
+         "u": ("int", "0d", "nan", "negative", "above_one")},
         vocab=2),
     "speculative.autoregressive_generate": Entry(
         lambda: (speculative.autoregressive_generate,
@@ -1279,11 +1281,11 @@ CASES: dict[str, Entry] = {
                    "generator": "a torch.Generator; torch.multinomial checks it"}),
     "speculative.expected_tokens_per_round": Entry(
         lambda: (speculative.expected_tokens_per_round, {"alpha": 0.5, "k": 4}),
-        {"alpha": ("nan", "negative", Custom("above_one", lambda _: 1.5)),
+        {"alpha": ("nan", "negative", "above_one"),
          "k": ("negative", "fraction")}),
     "speculative.expected_speedup": Entry(
         lambda: (speculative.expected_speedup, {"alpha": 0.5, "k": 4, "cost_ratio": 0.1}),
-        {"alpha": (Custom("above_one", lambda _: 1.5),), "k": ("fraction",),
+        {"alpha": ("above_one", "nan"), "k": ("fraction",),
          "cost_ratio": ("nan", "negative")}),
     # chapter 9: reasoning and reinforcement learning
     "reasoning.pass_at_k": Entry(

@@ -92,8 +92,9 @@ NOTEBOOK_EXERCISES = {
                        "given_reads", "decoder_layer", "ffn_share", "design_layer",
                        "no_causal_mask", "mask_tokens", "next_token_loss"],
     "04-language-models": ["pair_counts", "merge", "bpe_encode", "run_tokens",
-                           "bits_per_byte_loss", "generation_cost", "cached_chunk_attention", "length_normalisation",
-                           "temperature_top_k", "top_p_filter", "max_copy_length"],
+                           "bits_per_byte_loss", "generation_cost", "cached_chunk_attention",
+                           "largest_chunk", "length_normalisation", "temperature_top_k",
+                           "top_p_filter", "max_copy_length"],
     "05-scaling-laws": ["param_count", "forward_flops_per_token", "training_flops", "mfu",
                         "chinchilla_loss", "compute_optimal", "isoflop_minimum", "fit_power_law",
                         "bootstrap_interval", "training_state_bytes"],
@@ -137,6 +138,7 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "language_models.run_tokens": {0, 1},  # the visible tests give no count of a long run
     "language_models.generation_cost": {0, 1, 2, 3},  # the visible tests give no count
     "language_models.max_copy_length": {0, 1, 2, 3},  # the visible tests give no bound
+    "language_models.largest_chunk": {0, 1, 2, 3},  # the visible tests give no chunk size
     "transformer.feed_forward": {1},
     "transformer.layer_norm": {1},
     "transformer.decoder_masks": {3},
