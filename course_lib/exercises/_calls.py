@@ -131,10 +131,10 @@ def token_loss_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str,
     """
     logp = inputs["logp"].detach().clone().requires_grad_(True)
     out = fn(logp=logp, logp_ref=inputs["logp_ref"].detach().clone())
-    if not (type(out) is torch.Tensor and out.shape == logp.shape):
-        raise AssertionError(f"return one loss per token, a tensor of shape {tuple(logp.shape)}, "
-                             f"got {type(out).__name__}"
-                             + (f" of shape {tuple(out.shape)}"
+    if not (type(out) is torch.Tensor and out.shape == logp.shape and out.dtype == logp.dtype):
+        raise AssertionError(f"return one loss per token, a {logp.dtype} tensor of shape "
+                             f"{tuple(logp.shape)}, got {type(out).__name__}"
+                             + (f" {out.dtype} of shape {tuple(out.shape)}"
                                 if isinstance(out, torch.Tensor) else ""))
     if not out.requires_grad:
         raise AssertionError("the loss does not depend on logp through autograd: compute it "
