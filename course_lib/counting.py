@@ -239,9 +239,8 @@ def gpt3_inconsistencies() -> list[str]:
 # The memory of training state on several GPUs (chapter 5, section 8)
 # --------------------------------------------------------------------------------------------
 
-#: Bytes per parameter of mixed-precision Adam training (Rajbhandari et al., 2020, section 3.1):
-#: 16-bit weights and gradients for the forward and backward passes, and the optimizer's 32-bit
-#: master weights and Adam's two 32-bit moments (their K = 12).
+#: Bytes per parameter of mixed-precision Adam training, by kind of state (Rajbhandari et al.,
+#: 2020, section 3.1).
 STATE_BYTES: dict[str, int] = {"weights": 2, "gradients": 2, "optimizer": 12}
 #: What each scheme splits across the GPUs (the rest every GPU holds whole). ZeRO's stages 1, 2
 #: and 3 are Rajbhandari et al.'s P_os, P_os+g and P_os+g+p; "tensor" is Megatron-style tensor
@@ -255,23 +254,19 @@ SHARDED: dict[str, tuple[str, ...]] = {
 def training_state_bytes(n_params: int, n_gpus: int, scheme: str, n_replicated: int = 0) -> int:
     r"""Bytes of training state (weights, gradients, Adam) that one GPU holds, mixed precision.
 
-    Taught in chapter 5, section 8. With :data:`STATE_BYTES` (16 bytes a parameter in all) and
-    :math:`\Psi` parameters on :math:`N_d` GPUs, a state that is split is cut into :math:`N_d`
-    equal shards of :math:`\lceil \Psi / N_d \rceil` parameters (a flat buffer padded to a
-    multiple of :math:`N_d`, as ZeRO and FSDP do); the others are held whole on every GPU:
-
-    .. math:: \text{ddp: } 16\Psi, \quad \text{zero1: } 4\Psi + 12 \lceil\Psi/N_d\rceil, \quad
-              \text{zero2: } 2\Psi + 14 \lceil\Psi/N_d\rceil, \quad
-              \text{zero3: } 16 \lceil\Psi/N_d\rceil.
-
-    ZeRO splits flat buffers of every parameter. Tensor parallelism splits the weight matrices;
-    the ``n_replicated`` parameters outside them (LayerNorms, the biases added after a
-    row-parallel product) every GPU holds whole: :math:`16 (\lceil(\Psi - R)/N_d\rceil + R)`.
-    Activations, buffers and fragmentation are not counted.
+    Taught in chapter 5, section 8 (its exercise 10 works the counts out). A state that is split
+    is cut into ``n_gpus`` equal shards of ``ceil(n_params / n_gpus)`` parameters (a flat buffer
+    padded to a multiple of ``n_gpus``, as ZeRO and FSDP do); the others are held whole on every
+    GPU. ZeRO splits flat buffers of every parameter. Tensor parallelism splits the weight
+    matrices; the ``n_replicated`` parameters outside them (LayerNorms, the biases added after a
+    row-parallel product) every GPU holds whole. Activations, buffers and fragmentation are not
+    counted.
 
     Example:
-        >>> training_state_bytes(7_500_000_000, 64, "zero1") / 1e9  # ZeRO's Figure 1: 31.4 GB
-        31.40625
+        >>> zero1 = training_state_bytes(7_500_000_000, 64, "zero1")
+        >>> training_state_bytes(7_500_000_000, 64, "zero3") < zero1 < training_state_bytes(
+        ...     7_500_000_000, 64, "ddp")
+        True
     """
     if scheme not in SHARDED:
         raise ValueError(f"scheme must be one of {sorted(SHARDED)}, got {scheme!r}")

@@ -145,10 +145,11 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "transformer.mask_tokens": {1},
     "modern_decoder.apply_rotary": {1, 4},
     "modern_decoder.to_half_split": {1},
+    "scaling_laws.zero_plan": {0, 1, 2, 3, 4, 5, 6, 7},  # the visible tests give no byte count
     "modern_decoder.kv_cache_design": {1, 2, 3, 4, 5, 6, 7, 8},
     "modern_decoder.moe_route": {0, 2},
     "modern_decoder.speculative_speedup": {1},
-    "fine_tuning.lora_trainable": {1, 2, 7, 8, 9},
+    "fine_tuning.lora_trainable": {4, 10},
     "reasoning.majority_vote": {2},
     "reasoning.group_advantages": {2},
     "reasoning.grpo_loss": {6},
@@ -268,13 +269,15 @@ REFERENCE_CALLS = [
         flops.mfu(tokens_per_second, 6 * n_params, peak_flops), None),
     ("scaling_laws.fit_power_law", lambda x, y: scaling.fit_power_law(x, y), None),
     ("scaling_laws.fit_power_law", _fit_by_loglog_slope, None),
-    ("scaling_laws.isoflop_minimum", lambda n_params, loss: (
+    ("scaling_laws.isoflop_minimum", lambda n_params, loss, sigma: (
         scaling.isoflop_minimum(1.0, n_params, loss).n_opt,
-        scaling.isoflop_minimum(1.0, n_params, loss).loss), None),
+        scaling.isoflop_minimum(1.0, n_params, loss).loss, 0.0), None),
     ("scaling_laws.bootstrap_interval", lambda x, y, indices, level=0.9:
         scaling.bootstrap_interval(x, y, indices, level), None),
-    ("scaling_laws.training_state_bytes", lambda n_params, n_gpus, scheme, n_replicated=0:
-        counting.training_state_bytes(n_params, n_gpus, scheme, n_replicated), None),
+    ("scaling_laws.zero_plan", lambda n_params, gpu_bytes, max_gpus, optimizer: next(
+        ((stage, n) for stage, scheme in enumerate(["ddp", "zero1", "zero2", "zero3"])
+         for n in range(1, max_gpus + 1)
+         if counting.training_state_bytes(n_params, n, scheme) <= gpu_bytes), None), None),
     ("scaling_laws.chinchilla_loss", lambda n_params, n_tokens, E, A, B, alpha, beta:
         scaling.chinchilla_loss(n_params, n_tokens, E, A, B, alpha, beta), None),
     ("scaling_laws.compute_optimal", lambda flops, A, B, alpha, beta:

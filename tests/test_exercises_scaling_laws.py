@@ -1,5 +1,6 @@
 """Chapter 5's exercises: the references agree with independent computations (a built GPT,
-scipy, numpy, ZeRO's Figure 1).
+scipy, numpy, autograd and a simulation of noisy profiles, ZeRO's Figure 1, a search over every
+plan).
 
 That the instructor's solutions pass and that calling course_lib fails is checked for every
 chapter in tests/test_exercises.py."""
@@ -50,8 +51,44 @@ def test_isoflop_reference_is_the_least_squares_vertex() -> None:
     """On an exact parabola in log N the minimum is its vertex, between the sizes."""
     n = torch.logspace(3, 5, 6, dtype=torch.float64)
     loss = 2.0 + 0.1 * (n.log() - math.log(5e3)) ** 2
-    n_opt, value = ex5.isoflop_minimum(n, loss)
+    n_opt, value, se = ex5.isoflop_minimum(n, loss, 0.01)
     assert n_opt == pytest.approx(5e3, rel=1e-9) and value == pytest.approx(2.0, abs=1e-12)
+    assert se > 0
+
+
+def _vertex(n_params: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    """log N at the bottom of numpy's least-squares parabola, differentiable in ``loss``."""
+    u = n_params.double().log()
+    design = torch.stack([torch.ones_like(u), u, u * u], 1)
+    c = torch.linalg.lstsq(design, loss[:, None]).solution[:, 0]
+    return -c[1] / (2 * c[2])
+
+
+def test_isoflop_standard_error_is_the_first_order_spread() -> None:
+    """The reference's standard error of log N_opt: autograd's gradient of the vertex times sigma,
+    and the spread of the vertex over many noisy copies of the profile at a small sigma."""
+    g = torch.Generator().manual_seed(0)
+    n = torch.logspace(3, 5, 7, dtype=torch.float64)
+    loss = 2.0 + 0.08 * (n.log() - math.log(8e3)) ** 2 + 0.004 * torch.randn(
+        7, generator=g, dtype=torch.float64)
+    sigma = 1e-4
+    _, _, se = ex5.isoflop_minimum(n, loss, sigma)
+    leaf = loss.clone().requires_grad_(True)
+    _vertex(n, leaf).backward()
+    assert leaf.grad is not None
+    assert se == pytest.approx(sigma * float(leaf.grad.norm()), rel=1e-9)
+    noisy = loss + sigma * torch.randn(20000, 7, generator=g, dtype=torch.float64)
+    u = n.log()
+    coefficients = noisy @ torch.linalg.pinv(torch.stack([torch.ones_like(u), u, u * u], 1)).T
+    spread = (-coefficients[:, 1] / (2 * coefficients[:, 2])).std()
+    assert float(spread) == pytest.approx(se, rel=0.03)
+
+
+def test_isoflop_standard_error_ignores_a_shift_of_every_loss() -> None:
+    n = torch.tensor([1e3, 3e3, 1e4, 3e4], dtype=torch.float64)
+    loss = torch.tensor([2.3, 2.1, 2.05, 2.2], dtype=torch.float64)
+    assert ex5.isoflop_minimum(n, loss + 1.0, 0.01)[2] == pytest.approx(
+        ex5.isoflop_minimum(n, loss, 0.01)[2], rel=1e-12)
 
 
 def test_bootstrap_interval_equals_numpy_on_a_loop() -> None:
@@ -74,6 +111,36 @@ def test_training_state_bytes_reproduces_zero_figure_1() -> None:
            for s in ("ddp", "zero1", "zero2", "zero3")]
     assert [round(g, 2) for g in got] == [120.0, 31.41, 16.64, 1.88]
     assert counting.training_state_bytes(10, 4, "tensor", 2) == 16 * (2 + 2)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_zero_plan_reference_equals_a_search_over_every_plan(optimizer: str) -> None:
+    """The lowest stage, then the fewest GPUs, by trying every stage and GPU count; Adam's bytes
+    from counting.training_state_bytes (ZeRO's Figure 1), the others by their buffers."""
+    schemes = ["ddp", "zero1", "zero2", "zero3"]
+    extra = {"sgd": 8, "momentum": 4, "adam": 0}[optimizer]  # fewer 32-bit bytes than Adam
+
+    def held(psi: int, n: int, stage: int) -> int:
+        adam = counting.training_state_bytes(psi, n, schemes[stage])
+        shard = -(-psi // n)
+        return adam - extra * (shard if stage >= 1 else psi)
+
+    g = torch.Generator().manual_seed(1)
+    for _ in range(40):
+        psi = int(torch.randint(10**3, 10**6, (1,), generator=g))
+        max_gpus = int(torch.randint(1, 70, (1,), generator=g))
+        memory = int(torch.randint(10**3, 20 * 10**6, (1,), generator=g))
+        plans = [(stage, n) for stage in range(4) for n in range(1, max_gpus + 1)
+                 if held(psi, n, stage) <= memory]
+        assert ex5.zero_plan(psi, memory, max_gpus, optimizer) == (min(plans) if plans else None)
+
+
+def test_zero_plan_at_zeros_figure_1() -> None:
+    """7.5 billion parameters and Adam: 31.4 GB a GPU under stage 1 on 64 GPUs (ZeRO's Figure 1),
+    so 32 GB GPUs take stage 1; 16 GB ones need stage 2 (16.6 GB on 64 GPUs is too much) or 3."""
+    assert ex5.zero_plan(7_500_000_000, 32 * 10**9, 64, "adam")[0] == 1
+    assert ex5.zero_plan(7_500_000_000, 17 * 10**9, 64, "adam")[0] == 2
+    assert ex5.zero_plan(7_500_000_000, 16 * 10**9, 64, "adam")[0] == 3
 
 
 def test_fp32_adamw_keeps_sixteen_bytes_a_parameter() -> None:
