@@ -335,3 +335,18 @@ def test_the_length_normalisation_argument_comes_after_the_sampling_exercises() 
                      if i != statement)
     for giveaway in ("never shorter", "never picks a shorter", "only lengthen", "longer, never"):
         assert giveaway not in before, giveaway
+
+
+def test_largest_chunk_is_the_schedule_brute_forced() -> None:
+    """The reference (a closed form for each chunk size's largest score matrix) equals cutting the
+    prompt into chunks and taking the largest (T, P + T) matrix, for every prompt up to 40
+    positions and every budget; and it is not what growing the chunk until it no longer fits
+    gives."""
+    for L in range(1, 41):
+        largest = [max((min(s + c, L) - s) * min(s + c, L) for s in range(0, L, c))
+                   for c in range(1, L + 1)]  # each chunk's (T, P + T), P = s
+        for budget in range(1, L * L + 2):
+            fits = [c for c in range(1, L + 1) if largest[c - 1] <= budget]
+            assert ex4.largest_chunk(L, budget) == max(fits, default=0), (L, budget)
+    assert ex4.largest_chunk(10, 45) == 6  # chunks of 5 need 50 scores, chunks of 6 only 40
+    assert ex4._chunk_budget_slip(10, 45, "monotone") == 4

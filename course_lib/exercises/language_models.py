@@ -17,6 +17,7 @@ mistakes, each with the message its author reads.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -296,17 +297,18 @@ def _run_tokens_cases() -> list[Case]:
 
 def _run_tokens_slip(n: int, k: int, slip: str) -> int:
     """A wrong count, one per ``slip`` (no setting of it is correct)."""
-    rest = n % 2 ** k
+    longest = 1 << k
+    rest = n % longest
     if slip == "rest as bytes":
-        return n // 2 ** k + rest
+        return n // longest + rest
     if slip == "rest as one":
-        return n // 2 ** k + (rest > 0)
+        return n // longest + int(rest > 0)
     if slip == "longest only":
-        return n // 2 ** k
+        return n // longest
     if slip == "unbounded":
         return bin(n).count("1")
     if slip == "one merge short":
-        half = 2 ** max(k - 1, 0)
+        half = 1 << max(k - 1, 0)
         return n // half + bin(n % half).count("1")
     raise ValueError(slip)
 
@@ -538,7 +540,96 @@ _CHUNK_SLIPS = (
 )
 
 
-# 8. length_normalisation (question) ------------------------------------------------------------
+# 8. largest_chunk -------------------------------------------------------------------------------
+
+
+def chunk_scores(prompt_len: int, chunk: int) -> int:
+    """The most scores that one chunk's (T, P + T) score matrix holds when a prompt of
+    ``prompt_len`` positions is prefilled in chunks of ``chunk`` (the last one what is left).
+
+    Example:
+        >>> chunk_scores(10, 5), chunk_scores(10, 6)  # 5 x 10; max(6 x 6, 4 x 10)
+        (50, 40)
+    """
+    rest = prompt_len % chunk
+    if rest == 0:
+        return chunk * prompt_len  # the last chunk is full and sees every key
+    return max(rest * prompt_len, chunk * (prompt_len - rest))  # the last chunk, the one before
+
+
+def largest_chunk(prompt_len: int, budget: int) -> int:
+    """Reference: the largest chunk size whose every score matrix fits ``budget`` (0 if none).
+
+    Not monotone in the chunk size: a chunk size that does not divide the prompt leaves a short
+    last chunk, and the largest matrix may shrink as the chunk grows (10 positions: chunks of 5
+    need 50 scores, chunks of 6 only 40).
+    """
+    return max((c for c in range(1, prompt_len + 1) if chunk_scores(prompt_len, c) <= budget),
+               default=0)
+
+
+def _chunk_budget_cases() -> list[Case]:
+    def scores(L: int, c: int) -> int:  # plain Python, as the statement's schedule runs
+        return max(min(s + c, L) * (min(s + c, L) - s) for s in range(0, L, c))
+
+    def draw(seed: int, L: tuple[int, int], kind: str) -> Inputs:
+        def inputs() -> dict[str, Any]:
+            n = pick(seed, *L)
+            if kind == "whole":
+                return {"prompt_len": n, "budget": n * n + pick(seed + 1, 0, 3 * n)}
+            if kind == "none":
+                return {"prompt_len": n, "budget": pick(seed + 1, 1, n - 1)}
+            if kind == "random":
+                return {"prompt_len": n, "budget": pick(seed + 1, n, n * n)}
+            # a budget that some chunk size meets while a smaller size does not
+            need = [scores(n, c) for c in range(1, n + 1)]
+            dips = [c for c in range(2, n + 1) if need[c - 1] < max(need[:c - 1])]
+            c = dips[pick(seed + 1, 0, len(dips) - 1)]
+            return {"prompt_len": n, "budget": need[c - 1]}
+        return inputs
+
+    return [
+        Case("a budget that a larger chunk meets and a smaller one does not",
+             draw(121, (40, 400), "dip")),
+        Case("a short prompt, a budget that a larger chunk meets", draw(123, (10, 30), "dip")),
+        Case("a random budget, a long prompt", draw(125, (5_000, 20_000), "random")),
+        Case("a random budget, a short prompt", draw(127, (2, 50), "random")),
+        Case("a budget that fits the whole prompt at once", draw(129, (1, 500), "whole")),
+        Case("a budget below what one position needs", draw(131, (2, 500), "none")),
+    ]
+
+
+def _chunk_budget_slip(prompt_len: int, budget: int, slip: str) -> int:
+    """A wrong chunk size, one per ``slip`` (no setting of it is correct)."""
+    L = prompt_len
+    need: Callable[[int], int] = {
+        "monotone": lambda c: chunk_scores(L, c),
+        "last chunk full": lambda c: c * L,
+        "no cache": lambda c: c * c,
+        "cache only": lambda c: max((min(s + c, L) - s) * max(s, 1) for s in range(0, L, c)),
+    }[slip]
+    if slip == "monotone":  # grow the chunk while it fits, stop at the first that does not
+        c = 0
+        while c < L and need(c + 1) <= budget:
+            c += 1
+        return c
+    return max((c for c in range(1, L + 1) if need(c) <= budget), default=0)
+
+
+_CHUNK_BUDGET_SLIPS = (
+    Slip("the largest score matrix is not monotone in the chunk size: a larger chunk can leave a "
+         "shorter last chunk and fit where a smaller one does not; try every size",
+         partial(_chunk_budget_slip, slip="monotone")),
+    Slip("the last chunk holds only what is left of the prompt, which may be fewer positions",
+         partial(_chunk_budget_slip, slip="last chunk full")),
+    Slip("a chunk's queries attend to the cached keys too, not only to the chunk's own",
+         partial(_chunk_budget_slip, slip="no cache")),
+    Slip("a chunk's queries attend to its own keys too, not only to the cached ones",
+         partial(_chunk_budget_slip, slip="cache only")),
+)
+
+
+# 9. length_normalisation (question) ------------------------------------------------------------
 
 
 _LENGTH_NORMALISATION = Question(
@@ -547,7 +638,7 @@ _LENGTH_NORMALISATION = Question(
           "sign of s matters"))
 
 
-# 9. temperature_top_k --------------------------------------------------------------------------
+# 10. temperature_top_k --------------------------------------------------------------------------
 
 
 def temperature_top_k(logits: torch.Tensor, temperature: float, k: int) -> torch.Tensor:
@@ -616,7 +707,7 @@ _TOP_K_SLIPS = (
 )
 
 
-# 10. top_p_filter -------------------------------------------------------------------------------
+# 11. top_p_filter -------------------------------------------------------------------------------
 
 #: The statement's tolerance: a cumulative mass within this much below ``p`` has reached ``p``.
 TOP_P_TOLERANCE = 1e-6
@@ -818,7 +909,7 @@ _TOP_P_SLIPS = (
 )
 
 
-# 11. max_copy_length ---------------------------------------------------------------------------
+# 12. max_copy_length ---------------------------------------------------------------------------
 
 
 def _copy_cases() -> list[Case]:
@@ -898,6 +989,8 @@ EXERCISES = {ex.id: ex for ex in [
              cases=_chunk_cases, slips=_CHUNK_SLIPS,
              forbidden=(gpt.CausalSelfAttention, gpt.KVCache, gpt.Block, gpt.GPT,
                         attention.scaled_dot_product_attention, attention.causal_mask)),
+    Exercise(id="language_models.largest_chunk", reference=largest_chunk,
+             cases=_chunk_budget_cases, slips=_CHUNK_BUDGET_SLIPS),
     _LENGTH_NORMALISATION,
     Exercise(id="language_models.temperature_top_k", reference=temperature_top_k,
              cases=_top_k_cases, slips=_TOP_K_SLIPS, forbidden=_SAMPLING_FORBIDDEN),
