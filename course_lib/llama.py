@@ -413,6 +413,20 @@ class LlamaDecoderLayer(nn.Module):
         return out
 
 
+def _check_cache(cache: KVCache, config: LlamaConfig) -> None:
+    """A cache of this model: one layer per block, and every key the window attends to kept."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+    if len(cache.keys) != config.num_hidden_layers:  # with more, cache.seen would never advance
+        raise ValueError(f"cache must hold one layer per block ({config.num_hidden_layers}), "
+                         f"got {len(cache.keys)}")
+    window = config.sliding_window
+    if cache.window is not None and (window is None or cache.window < window):
+        raise ValueError(f"cache keeps the last {cache.window} positions but the model attends "
+                         f"to {'all' if window is None else f'the last {window}'}: keys would "
+                         "be lost")
+
+
 class LlamaModel(nn.Module):
     """The embeddings, the blocks and the final norm (Hugging Face's ``model.`` prefix)."""
 
@@ -429,8 +443,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         check_ids("ids", ids, self.config.vocab_size, ndim=2, shape="(batch, length)")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        if cache is not None:
+            _check_cache(cache, self.config)
         start = 0 if cache is None else cache.seen
         T = ids.shape[1]
         x = self.embed_tokens(ids)  # (B, T, d)

@@ -1206,7 +1206,10 @@ CASES: dict[str, Entry] = {
        for name in ("LlamaAttention", "LlamaDecoderLayer")},
     **{f"llama.{name}": Entry(
         (lambda name=name: (getattr(llama, name)(_llama_config()), {"ids": _ids(2, 5, vocab=V)})),
-        {"ids": IDS, "cache": (Custom("a_list", lambda _: []),)}, vocab=V)
+        {"ids": IDS, "cache": (Custom("a_list", lambda _: []),
+                               Custom("another_number_of_layers", lambda _: llama.KVCache(2)),
+                               Custom("a_shorter_window", lambda _: llama.KVCache(1, 2)))},
+        vocab=V)
        for name in ("LlamaModel", "LlamaForCausalLM")},
     "llama.generate": Entry(
         lambda: (llama.generate, {"model": llama.LlamaForCausalLM(_llama_config()),
