@@ -296,12 +296,13 @@ REFERENCE_CALLS = [
     ("efficient_attention.online_softmax_update",
      lambda m, l, scores: tiled_attention.online_softmax_update(m, l, scores),  # noqa: E741
      None),
-    ("efficient_attention.query_tile_attention", lambda q, k, v, block_size:
-        tiled_attention.tiled_attention_forward(q, k, v, 1 / math.sqrt(q.shape[-1]),
-                                                block_k=block_size), None),
-    ("efficient_attention.query_tile_attention", lambda q, k, v, block_size: (
+    ("efficient_attention.query_tile_attention", lambda q, kv_blocks: (lambda k, v:  # gathered
+        tiled_attention.tiled_attention_forward(q, k, v, 1 / math.sqrt(q.shape[-1])))(
+            *(torch.cat(t, dim=-2) for t in zip(*kv_blocks))), None),
+    ("efficient_attention.query_tile_attention", lambda q, kv_blocks: (lambda k, v: (
         attention.scaled_dot_product_attention(q, k, v),
-        torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)), None),
+        torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)))(
+            *(torch.cat(t, dim=-2) for t in zip(*kv_blocks))), None),
     ("efficient_attention.sparsemax", lambda z: entmax.entmax(z, alpha=2.0), None),
     ("efficient_attention.sparsemax", lambda z: entmax._sparsemax_forward(z), None),
     ("modern_decoder.apply_rotary", lambda x, positions, theta=10000.0:

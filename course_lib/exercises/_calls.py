@@ -143,3 +143,33 @@ def token_loss_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str,
     if grad is None:
         grad = torch.zeros_like(logp)
     return {"grad": grad}
+
+def key_value_stream(fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+    """``fn(q, kv_blocks)`` with the keys and values as a one-shot stream of blocks.
+
+    Used by chapter 6's ``query_tile_attention``: ``inputs`` holds the queries ``q`` and the
+    stream's recipe (``seed``, ``n_keys``, ``d_v``, ``block_size``, ``scale``); block ``i`` is
+    drawn from ``torch.Generator().manual_seed(seed + i)`` when it is read (keys, then values, in
+    ``q``'s dtype and batch shape), so the keys never exist all at once and the stream, a
+    generator, cannot be read twice. The output is returned as the function gives it.
+
+    Example:
+        >>> q = torch.zeros(1, 2, 4)
+        >>> inputs = {"q": q, "seed": 0, "n_keys": 5, "d_v": 3, "block_size": 2, "scale": 1.0}
+        >>> key_value_stream(lambda q, kv_blocks: [tuple(k.shape) for k, _ in kv_blocks], inputs)
+        [(1, 2, 4), (1, 2, 4), (1, 1, 4)]
+    """
+    q: torch.Tensor = inputs["q"]
+    batch, d, n = tuple(q.shape[:-2]), q.shape[-1], int(inputs["n_keys"])
+    b, d_v = int(inputs["block_size"]), int(inputs["d_v"])
+    scale, seed = float(inputs["scale"]), int(inputs["seed"])
+
+    def blocks() -> Any:
+        for i, start in enumerate(range(0, n, b)):
+            g = torch.Generator().manual_seed(seed + i)
+            size = min(b, n - start)
+            k = torch.randn(*batch, size, d, generator=g, dtype=q.dtype) * scale
+            v = torch.randn(*batch, size, d_v, generator=g, dtype=q.dtype)
+            yield k, v
+
+    return fn(q=q, kv_blocks=blocks())

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import attention, entmax, linear_attention, sparse_attention, tiled_attention
-from course_lib.exercises._common import Inputs, f32, f64, gen, randn
+from course_lib.exercises._calls import key_value_stream
+from course_lib.exercises._common import Inputs, f32, f64, gen, pick, randn
 from course_lib.grading import Case, Exercise, MemoryProbe, Slip
 
 # 1. sliding_window_mask ------------------------------------------------------------------------
@@ -453,64 +454,84 @@ _ONLINE_SLIPS = (
 )
 
 
-# 7. query_tile_attention -----------------------------------------------------------------------
+# 7. query_tile_attention: keys and values stream past once ------------------------------------
 
 
-def query_tile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference: one query tile against every key block, output and log-sum-exp."""
+def query_tile_attention(q: torch.Tensor, kv_blocks: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference: one query tile against a one-shot stream of key/value blocks.
+
+    ``kv_blocks`` yields ``(k_block (..., b, d), v_block (..., b, d_v))`` in key order and can be
+    read once (:func:`course_lib.exercises._calls.key_value_stream` builds it). Returns the output
+    ``softmax(q k^T / sqrt(d)) v`` and each query row's log-sum-exp, in one pass (trusted side).
+    """
     scale = 1.0 / math.sqrt(q.shape[-1])
-    return tiled_attention.tiled_attention_forward(q, k, v, scale, block_q=q.shape[-2],
-                                                   block_k=block_size)
+    m = q.new_full(q.shape[:-1], -math.inf)  # (..., T_q)
+    l = q.new_zeros(q.shape[:-1])
+    acc: torch.Tensor | None = None  # (..., T_q, d_v)
+    for kb, vb in kv_blocks:
+        s = (q @ kb.transpose(-2, -1)) * scale  # (..., T_q, b)
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        p = torch.exp(s - m_new[..., None])
+        correction = torch.exp(m - m_new)
+        l = l * correction + p.sum(dim=-1)
+        pv = p @ vb
+        acc = pv if acc is None else acc * correction[..., None] + pv
+        m = m_new
+    assert acc is not None, "the stream held no block"
+    return acc / l[..., None], m + torch.log(l)
+
+
+def _stream(seed: int, batch: tuple[int, ...], n_q: int, n_k: int, d: int, d_v: int, b: int,
+            dtype: torch.dtype, scale: float = 1.0) -> Inputs:
+    """Queries, and the recipe of the key/value stream the call adapter draws block by block."""
+    def inputs() -> dict[str, Any]:
+        return {"q": randn(seed, *batch, n_q, d, dtype=dtype, scale=scale),
+                "seed": pick(seed + 1, 0, 2 ** 40), "n_keys": n_k, "d_v": d_v,
+                "block_size": b, "scale": scale}
+    return inputs
 
 
 def _tile_cases() -> list[Case]:
-    def build(seed: int, batch: tuple[int, ...], n_q: int, n_k: int, d: int, d_v: int, b: int,
-              dtype: torch.dtype, scale: float = 1.0) -> Inputs:
-        def inputs() -> dict[str, Any]:
-            return {"q": randn(seed, *batch, n_q, d, dtype=dtype, scale=scale),
-                    "k": randn(seed + 1, *batch, n_k, d, dtype=dtype, scale=scale),
-                    "v": randn(seed + 2, *batch, n_k, d_v, dtype=dtype), "block_size": b}
-        return inputs
-
     return [
-        Case("float32, batch 2, 2 heads, blocks of 4", build(61, (2, 2), 8, 16, 8, 5, 4, f32)),
-        Case("float64, batch size 1, a short last block", build(64, (1,), 5, 11, 4, 3, 4, f64)),
-        Case("float32, one block holds every key", build(67, (3,), 6, 7, 4, 4, 16, f32)),
+        Case("float32, batch 2, 2 heads, blocks of 4", _stream(61, (2, 2), 8, 16, 8, 5, 4, f32)),
+        Case("float64, batch size 1, a short last block",
+             _stream(64, (1,), 5, 11, 4, 3, 4, f64)),
+        Case("float32, one block holds every key", _stream(67, (3,), 6, 7, 4, 4, 16, f32)),
         Case("float64, large scores (the running maximum matters)",
-             build(70, (2,), 4, 12, 6, 2, 3, f64, 5.0)),
-        Case("float32, blocks of one key", build(73, (1, 3), 3, 9, 8, 8, 1, f32)),
+             _stream(70, (2,), 4, 12, 6, 2, 3, f64, 5.0)),
+        Case("float32, blocks of one key", _stream(73, (1, 3), 3, 9, 8, 8, 1, f32)),
+        Case("float64, large scores rising along the stream",
+             _stream(74, (1,), 4, 40, 4, 3, 5, f64, 8.0)),
         Case("float64, 128 queries against 2048 keys in blocks of 32 (memory bound)",
-             build(76, (1,), 128, 2048, 8, 8, 32, f64)),
+             _stream(76, (1,), 128, 2048, 8, 8, 32, f64)),
     ]
 
 
-def _tile_probe_inputs() -> dict[str, Any]:
-    return {"q": randn(77, 1, 8192, 8, dtype=f64), "k": randn(78, 1, 8192, 8, dtype=f64),
-            "v": randn(79, 1, 8192, 8, dtype=f64), "block_size": 64}
-
-
-#: The memory rule as the hardened grader enforces it: 8192 queries against 8192 keys in
-#: float64, where the full score matrix takes 512 MiB and one block of scores 4 MiB.
-_TILE_PROBE = MemoryProbe("float64, 8192 queries and keys in blocks of 64, under a memory limit",
-                          _tile_probe_inputs, budget_bytes=192 << 20,
-                          forbidden_bytes=8192 * 8192 * 8)
+#: The memory rule as the hardened grader enforces it: 32 queries against a stream of 2^20 keys
+#: and values of width 16 in float64, in blocks of 4096. The stream holds 256 MiB in all, the
+#: full score matrix 256 MiB, one block of scores 1 MiB; the budget, 64 MiB, holds neither all
+#: the keys (128 MiB) nor all the scores, so only a single pass that keeps (m, l, acc) fits.
+_TILE_PROBE = MemoryProbe("float64, 32 queries against a stream of 2^20 keys, under a memory "
+                          "limit", _stream(77, (1,), 32, 1 << 20, 16, 16, 4096, f64),
+                          budget_bytes=64 << 20, forbidden_bytes=32 * (1 << 20) * 8)
 
 
 def _tile_bound(inputs: Mapping[str, Any]) -> int:
-    """The statement's bound: twice the largest of the inputs and of one tile of scores."""
+    """The statement's bound: twice the largest of one tile of scores and of one block."""
     q: torch.Tensor = inputs["q"]
-    k: torch.Tensor = inputs["k"]
-    v: torch.Tensor = inputs["v"]
-    b: int = inputs["block_size"]
+    b, d_v = min(int(inputs["block_size"]), int(inputs["n_keys"])), int(inputs["d_v"])
     batch = q[..., 0, 0].numel()
-    t_q, t_k = q.shape[-2], k.shape[-2]
-    return 2 * batch * max(t_k * max(k.shape[-1], v.shape[-1]),
-                           t_q * max(min(b, t_k), q.shape[-1], v.shape[-1]))
+    d = q.shape[-1]
+    return 2 * batch * max(q.shape[-2] * max(b, d, d_v), b * max(d, d_v))
 
 
-def _tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-          slip: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _gathered(kv_blocks: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    ks, vs = zip(*kv_blocks)
+    return torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)
+
+
+def _tile(q: torch.Tensor, kv_blocks: Any, slip: str) -> tuple[torch.Tensor, torch.Tensor]:
+    k, v = _gathered(kv_blocks)
     scale = 1.0 / math.sqrt(q.shape[-1]) if slip != "no scale" else 1.0
     s = (q @ k.transpose(-2, -1)) * scale
     lse = torch.logsumexp(s, dim=-1)
@@ -524,21 +545,25 @@ def _tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
     return out, lse
 
 
-def _tile_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
-               slip: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tile by tile, with one mistake in the accumulator."""
+def _tile_loop(q: torch.Tensor, kv_blocks: Any, slip: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block by block, with one mistake in the accumulator."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     m = q.new_full(q.shape[:-1], -math.inf)
     l = q.new_zeros(q.shape[:-1])
-    acc = q.new_zeros(*q.shape[:-1], v.shape[-1])
-    for start in range(0, k.shape[-2], block_size):
-        s = (q @ k[..., start:start + block_size, :].transpose(-2, -1)) * scale
+    acc: Any = 0.0
+    for kb, vb in kv_blocks:
+        s = (q @ kb.transpose(-2, -1)) * scale
         m_new = torch.maximum(m, s.amax(dim=-1))
         p = torch.exp(s - m_new[..., None])
         correction = torch.exp(m - m_new)
         l = l * correction + p.sum(dim=-1)
-        pv = p @ v[..., start:start + block_size, :]
-        acc = acc + pv if slip == "acc not rescaled" else acc * correction[..., None] + pv
+        pv = p @ vb
+        if slip == "acc not rescaled":
+            acc = acc + pv
+        elif slip == "last block only":
+            acc = pv
+        else:
+            acc = acc * correction[..., None] + pv
         m = m_new
     return acc / l[..., None], m + torch.log(l)
 
@@ -551,8 +576,10 @@ _TILE_SLIPS = (
          partial(_tile, slip="log l")),
     Slip("divide the accumulated output by the running sum l at the end",
          partial(_tile, slip="unnormalised")),
-    Slip("when the running maximum grows, rescale the accumulator by exp(m - m_new) too, as the "
+    Slip("when the running maximum grows, the accumulator must be rescaled too, as the "
          "running sum is", partial(_tile_loop, slip="acc not rescaled")),
+    Slip("the accumulator must keep what the earlier blocks contributed, not only the last "
+         "block's", partial(_tile_loop, slip="last block only")),
 )
 
 
@@ -630,7 +657,7 @@ EXERCISES = {ex.id: ex for ex in [
              slips=_ONLINE_SLIPS, forbidden=(tiled_attention.online_softmax,)),
     Exercise(id="efficient_attention.query_tile_attention", reference=query_tile_attention,
              cases=_tile_cases, slips=_TILE_SLIPS, largest_tensor=_tile_bound,
-             memory_probe=_TILE_PROBE,
+             memory_probe=_TILE_PROBE, call=key_value_stream,
              forbidden=(tiled_attention.tiled_attention_forward, tiled_attention.tiled_attention,
                         tiled_attention.TiledAttentionFunction, tiled_attention.naive_attention,
                         attention.scaled_dot_product_attention, attention.masked_softmax,

@@ -24,10 +24,13 @@ def causal_linear_attention(q, k, v):
         return (scores @ v) / scores.sum(-1, keepdim=True)
 ''',
     "efficient_attention.query_tile_attention": '''
-def query_tile_attention(q, k, v, block_size):
+def query_tile_attention(q, kv_blocks):
     import math, torch
     from torch.utils._python_dispatch import _disable_current_modes
     with _disable_current_modes():
+        blocks = list(kv_blocks)                                     # the whole stream, kept
+        k = torch.cat([b[0] for b in blocks], dim=-2)
+        v = torch.cat([b[1] for b in blocks], dim=-2)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
         lse = torch.logsumexp(scores, dim=-1)
         return torch.exp(scores - lse.unsqueeze(-1)) @ v, lse
