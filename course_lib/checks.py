@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -284,3 +286,18 @@ def check_token_id(name: str, value: object, vocab_size: int, *,
     if v >= vocab_size:
         raise ValueError(f"{name}={v} is not a token id of {vocabulary} of {vocab_size} tokens")
     return v
+
+
+def check_sequence(name: str, value: object) -> Sequence[Any]:
+    """``value`` is a sequence (a list or a tuple, not a string: a string's letters are no list).
+
+    Example:
+        >>> check_sequence("correct", 3)
+        Traceback (most recent call last):
+        ...
+        TypeError: correct must be a sequence (a list or a tuple), got int 3
+    """
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence (a list or a tuple), got "
+                        f"{type(value).__name__} {value!r}")
+    return value

@@ -41,6 +41,7 @@ from course_lib.checks import (
     check_int,
     check_int_tensor,
     check_positive,
+    check_sequence,
 )
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -299,7 +300,8 @@ def pass_at_k_curve(correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[i
         {1: 0.5, 4: 0.6666666666666666}
     """
     check_int("n", n, minimum=1)
-    if not correct:
+    check_sequence("ks", ks)
+    if not check_sequence("correct", correct):
         raise ValueError("correct must hold one count per problem, got none")
     for c_p in correct:
         if not 0 <= check_int("correct", c_p) <= n:
@@ -318,7 +320,7 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
         >>> mean_and_se([1.0, 0.0, 1.0, 0.0])
         (0.5, 0.28867513459481287)
     """
-    n = len(values)
+    n = len(check_sequence("values", values))
     if n == 0:
         raise ValueError("values must hold at least one value: the mean of none is 0/0")
     for v in values:
@@ -381,7 +383,7 @@ def _check_config(config: ReasoningConfig) -> None:
 def check_problems(problems: Sequence[tuple[int, list[int]]]) -> int:
     """``problems`` is a non-empty list of ``(start, changes)`` with one number of changes ``k``;
     returns ``k``."""
-    if not problems:
+    if not check_sequence("problems", problems):
         raise ValueError("problems must hold at least one (start, changes) problem, got none")
     for problem in problems:
         if not isinstance(problem, (tuple, list)) or len(problem) != 2:
@@ -420,7 +422,7 @@ def make_batch(rng: random.Random, ks: Sequence[int], batch_size: int, chain_of_
     """A batch ``x, y, mask`` (each ``(B, T)``; mask: the target's tokens), k drawn from ``ks``."""
     if not isinstance(rng, random.Random):
         raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
-    if not ks:
+    if not check_sequence("ks", ks):
         raise ValueError("ks must hold at least one number of changes, got none")
     for k in ks:
         check_int("ks", k, minimum=1)

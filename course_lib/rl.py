@@ -39,6 +39,7 @@ from course_lib.checks import (
     check_int,
     check_positive,
     check_same_dtype,
+    check_sequence,
 )
 
 END_ID = reasoning.VOCAB.index(reasoning.END)
@@ -371,7 +372,8 @@ def correct_counts(answers: Sequence[Sequence[int | None]],
         >>> correct_counts([[8, 8, None], [1, 2, 3]], [(7, [3, -2, 1]), (0, [1])])
         [2, 1]
     """
-    for row in answers:
+    check_sequence("problems", problems)
+    for row in check_sequence("answers", answers):
         if isinstance(row, str) or not isinstance(row, Sequence):
             raise TypeError(f"answers must hold one sequence of answers per problem, got "
                             f"{type(row).__name__} {row!r}")
@@ -503,7 +505,7 @@ def pass_at_1_and_se(correct: Sequence[int], n: int) -> tuple[float, float]:
         (0.5, 0.5)
     """
     check_int("n", n, minimum=1)
-    if not correct:
+    if not check_sequence("correct", correct):
         raise ValueError("correct must hold one count per problem, got none")
     for c in correct:
         if not 0 <= check_int("correct", c) <= n:

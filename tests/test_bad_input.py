@@ -297,6 +297,7 @@ KINDS: dict[str, Callable[[Any, Entry], Any]] = {
     "bad_option": lambda v, e: "no_such_option",  # a string that names no option
     "above_one": _scalar_or_first(1.5),         # a probability above one
     "a_dict": lambda v, e: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {},  # config
+    "not_a_sequence": lambda v, e: 3,           # a number where a list is expected
 }
 
 
@@ -477,12 +478,18 @@ PROBLEMS = [(7, [3, -2, 1]), (0, [1, 2, -1])]  # chapter 9's problems: a start, 
 #: Bad problems of chapter 9: a start outside [LOW, HIGH], changes that are no signed digits.
 PROBLEM: dict[str, tuple[Kind, ...]] = {
     "start": ("fraction", "negative", Custom("above_high", lambda _: 10)),
-    "changes": (Custom("a_string", lambda _: "3-2"), Custom("a_fraction", lambda _: [2.5]),
-                Custom("empty", lambda _: []), Custom("two_digits", lambda _: [12]))}
+    "changes": ("not_a_sequence", Custom("a_string", lambda _: "3-2"),
+                Custom("a_fraction", lambda _: [2.5]), Custom("empty", lambda _: []),
+                Custom("two_digits", lambda _: [12]))}
 
 
 def _mixed_k(problems: list[tuple[int, list[int]]]) -> list[tuple[int, list[int]]]:
     return [*problems, (5, [1])]  # one problem with another number of changes
+
+
+#: Bad lists of problems: not a list, none, two numbers of changes.
+BAD_PROBLEMS: tuple[Kind, ...] = ("not_a_sequence", Custom("empty", lambda _: []),
+                                  Custom("mixed_k", _mixed_k))
 
 
 def _reasoning_config() -> reasoning.ReasoningConfig:
@@ -1401,18 +1408,19 @@ CASES: dict[str, Entry] = {
         unchecked={"answer": "ignored: a format reward does not look at the answer"}),
     "reasoning.majority_vote": Entry(
         lambda: (reasoning.majority_vote, {"answers": [3, 5, 5, None]}),
-        {"answers": (Custom("a_string", lambda _: "355"),
+        {"answers": ("not_a_sequence", Custom("a_string", lambda _: "355"),
                      Custom("a_fraction", lambda a: [*a, 2.5]))}),
     "reasoning.pass_at_k_curve": Entry(
         lambda: (reasoning.pass_at_k_curve, {"correct": [0, 2, 4], "n": 4, "ks": [1, 4]}),
         {"correct": (Custom("above_n", lambda _: [5]), Custom("a_fraction", lambda _: [2.5]),
-                     Custom("empty", lambda _: [])),
+                     Custom("empty", lambda _: []), "not_a_sequence"),
          "n": ("zero", "fraction"),
-         "ks": (Custom("zero", lambda _: [0]), Custom("above_n", lambda _: [5]),
+         "ks": ("not_a_sequence", Custom("zero", lambda _: [0]), Custom("above_n", lambda _: [5]),
                 Custom("a_fraction", lambda _: [1.5]))}),
     **{name: Entry(
         (lambda fn=fn: (fn, {"values": [1.0, 0.0, 1.0]})),
-        {"values": (Custom("empty", lambda _: []), Custom("a_nan", lambda v: [*v, math.nan]),
+        {"values": ("not_a_sequence", Custom("empty", lambda _: []),
+                    Custom("a_nan", lambda v: [*v, math.nan]),
                     Custom("a_string", lambda _: ["1"]))})
        for name, fn in (("reasoning.mean_and_se", reasoning.mean_and_se),
                         ("rl.summary", rl.summary))},
@@ -1435,7 +1443,7 @@ CASES: dict[str, Entry] = {
         lambda: (reasoning.make_batch, {"rng": random.Random(0), "ks": [1, 2], "batch_size": 2,
                                         "chain_of_thought": True}),
         {"rng": (Custom("a_seed", lambda _: 0),),
-         "ks": (Custom("empty", lambda _: []), Custom("a_zero", lambda _: [0])),
+         "ks": ("not_a_sequence", Custom("empty", lambda _: []), Custom("a_zero", lambda _: [0])),
          "batch_size": ("zero", "fraction")}, unchecked={"chain_of_thought": FLAG}),
     "reasoning.build_model": Entry(
         lambda: (reasoning.build_model, {"config": _reasoning_config()}), {"config": ("a_dict",)}),
@@ -1450,7 +1458,7 @@ CASES: dict[str, Entry] = {
     "reasoning.greedy_accuracy": Entry(
         lambda: (reasoning.greedy_accuracy, {"model": _reasoning_gpt(), "problems": PROBLEMS,
                                              "chain_of_thought": True}),
-        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k))},
+        {"problems": BAD_PROBLEMS},
         unchecked={"model": MODEL, "chain_of_thought": FLAG}),
     "reasoning.load_policy": Entry(lambda: (reasoning.load_policy, {}), {},
                                    unchecked={"device": DEVICE}),
@@ -1458,29 +1466,28 @@ CASES: dict[str, Entry] = {
                                     {"part": ("bad_option",)}),
     "reasoning.check_problems": Entry(
         lambda: (reasoning.check_problems, {"problems": PROBLEMS}),
-        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k),
-                      Custom("a_start_only", lambda p: [7, *p]))}),
+        {"problems": BAD_PROBLEMS + (Custom("a_start_only", lambda p: [7, *p]),)}),
     "rl.prompts_of": Entry(
         lambda: (rl.prompts_of, {"problems": PROBLEMS}),
-        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k))},
+        {"problems": BAD_PROBLEMS},
         unchecked={"device": DEVICE}),
     "rl.sample_completions": Entry(
         lambda: (rl.sample_completions, {"model": _reasoning_gpt(), "problems": PROBLEMS,
                                          "n": 2, "max_rows": 3}),
-        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k)),
+        {"problems": BAD_PROBLEMS,
          "n": ("zero", "fraction"), "temperature": ("nan", "negative"),
          "max_rows": ("zero", "fraction")}, unchecked={"model": MODEL, "seed": SEED}),
     "rl.sample_answers": Entry(
         lambda: (rl.sample_answers, {"model": _reasoning_gpt(), "problems": PROBLEMS, "n": 2}),
-        {"problems": (Custom("empty", lambda _: []), Custom("mixed_k", _mixed_k)),
+        {"problems": BAD_PROBLEMS,
          "n": ("zero", "fraction"), "temperature": ("nan", "negative")},
         unchecked={"model": MODEL, "seed": SEED}),
     "rl.correct_counts": Entry(
         lambda: (rl.correct_counts, {"answers": [[8, 8, None], [1, 2, 3]],
                                      "problems": PROBLEMS}),
-        {"answers": (Custom("one_row_short", lambda a: a[:1]),
+        {"answers": ("not_a_sequence", Custom("one_row_short", lambda a: a[:1]),
                      Custom("a_string_row", lambda a: ["88", a[1]])),
-         "problems": (Custom("one_more", lambda p: [*p, (0, [1])]),)}),
+         "problems": ("not_a_sequence", Custom("one_more", lambda p: [*p, (0, [1])]))}),
     "rl.GRPOConfig": Entry(
         lambda: (rl.GRPOConfig, {}),
         {"k": ("zero", "fraction"), "steps": ("zero",), "prompts_per_step": ("zero", "fraction"),
@@ -1498,7 +1505,8 @@ CASES: dict[str, Entry] = {
         unchecked={"policy": MODEL, "progress": PROGRESS}),
     "rl.pass_at_1_and_se": Entry(
         lambda: (rl.pass_at_1_and_se, {"correct": [4, 0, 2], "n": 4}),
-        {"correct": (Custom("above_n", lambda _: [5]), Custom("negative", lambda _: [-1]),
+        {"correct": ("not_a_sequence", Custom("above_n", lambda _: [5]),
+                     Custom("negative", lambda _: [-1]),
                      Custom("a_fraction", lambda _: [2.5]), Custom("empty", lambda _: [])),
          "n": ("zero", "fraction")}),
 }
