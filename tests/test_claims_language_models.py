@@ -77,9 +77,10 @@ def test_beam_search_finds_a_more_probable_line_than_greedy(built_book: Path) ->
 
 
 def test_length_normalisation_never_chooses_a_shorter_line(built_book: Path) -> None:
-    """Section 4, after exercise 7: "with alpha = 1 it returns the same N-character line ...
-    with alpha = 2 a line of M characters and log-probability X: longer, never shorter ... and
-    here no better"."""
+    """Section 4, after exercise 9: the prose asks the reader to compare the lines printed for
+    s / n and s / n^2 with the plain beam's, and the argument that closes the section says the
+    normalised line is never shorter. In the printed run alpha = 1 keeps the plain line and
+    alpha = 2 returns a longer, less probable one."""
     assert value("ch4_beam_norm_len") == value("ch4_beam_len")  # 3
     assert value("ch4_beam_norm_logp") == value("ch4_beam_logp")
     assert value("ch4_beam_norm2_len") > value("ch4_beam_len")  # 50
@@ -93,9 +94,9 @@ def test_perplexity_is_the_exponential_of_the_loss(built_book: Path) -> None:
     assert value("ch4_char_ppl") < 83 / 4  # 11.9
 
 
-def test_the_cache_runs_the_positions_exercise_5_counts(built_book: Path) -> None:
-    """Section 3: "After the 7-character prompt, recomputing runs X positions through each block
-    and the cache Y: the counts of exercise 5, which the cell checks"."""
+def test_the_cache_runs_the_positions_exercise_6_counts(built_book: Path) -> None:
+    """Section 3: the cell counts, with a hook on the first block, the positions each way runs
+    after the 7-character prompt, and prints them next to the counts of exercise 6."""
     assert value("ch4_positions_match") == 1
     assert value("ch4_positions_no_cache") == 48 * 7 + 48 * 47 // 2  # 1464
     assert value("ch4_positions_cache") == 7 + 48 - 1  # 54
@@ -131,7 +132,7 @@ def test_the_transformer_copies_and_the_gru_does_not(built_book: Path) -> None:
 
 
 def test_the_experiment_is_far_from_the_bound(built_book: Path) -> None:
-    """Section 5: "The GRU's state is 100 float32 numbers, S = 3,200 bits: by exercise 10 (...)
+    """Section 5: "The GRU's state is 100 float32 numbers, S = 3,200 bits: by exercise 12 (...)
     it could hold strings of N symbols, far longer than any tested here" and "in S training
     steps the GRU has learned to store only a few symbols"."""
     assert value("ch4_copy_gru_bound") == 800
