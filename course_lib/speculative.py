@@ -55,6 +55,12 @@ def _check_generation(prompt: torch.Tensor, max_new_tokens: int, temperature: fl
         check_positive("temperature", temperature)
 
 
+def _check_logits_fn(name: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be a logits function (1, T) ids -> (1, T, V) logits, got "
+                        f"{type(fn).__name__}")
+
+
 def accept_step(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                 u: torch.Tensor) -> tuple[int, torch.Tensor]:
     r"""The verification of one round: how many drafts are accepted, and the next token's law.
@@ -201,6 +207,8 @@ def speculative_generate(target: LogitsFn, draft: LogitsFn, prompt: torch.Tensor
     """
     _check_generation(prompt, max_new_tokens, temperature, greedy, "speculative_generate")
     check_int("k", k, minimum=1)
+    _check_logits_fn("target", target)
+    _check_logits_fn("draft", draft)
     tokens = prompt
     stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0, "rejected": 0}
     end = prompt.shape[1] + max_new_tokens
@@ -243,6 +251,7 @@ def autoregressive_generate(model: LogitsFn, prompt: torch.Tensor, max_new_token
         torch.Size([1, 4])
     """
     _check_generation(prompt, max_new_tokens, temperature, greedy, "autoregressive_generate")
+    _check_logits_fn("model", model)
     tokens = prompt
     for _ in range(max_new_tokens):
         probs = _probs(model(tokens)[0, -1], temperature, greedy)

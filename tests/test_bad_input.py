@@ -298,6 +298,7 @@ KINDS: dict[str, Callable[[Any, Entry], Any]] = {
     "above_one": _scalar_or_first(1.5),         # a probability above one
     "a_dict": lambda v, e: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else {},  # config
     "not_a_sequence": lambda v, e: 3,           # a number where a list is expected
+    "not_callable": lambda v, e: 3,             # a number where a function is expected
 }
 
 
@@ -1273,9 +1274,9 @@ CASES: dict[str, Entry] = {
                  {"model": _llama_logits(), "prompt": _ids(1, 3, vocab=V), "max_new_tokens": 2,
                   "generator": torch.Generator().manual_seed(0)}),
         {"prompt": ("float", "0d", "extra_dim", "empty", "list"),
-         "max_new_tokens": ("negative", "fraction"), "temperature": ("nan", "negative")},
-        unchecked={"model": "a logits function: what it returns is checked by sampling",
-                   "greedy": "a flag: any value is read as true or false",
+         "max_new_tokens": ("negative", "fraction"), "temperature": ("nan", "negative"),
+         "model": ("not_callable",)},
+        unchecked={"greedy": "a flag: any value is read as true or false",
                    "generator": "a torch.Generator; torch.multinomial checks it"}),
     "speculative.speculative_generate": Entry(
         lambda: (speculative.speculative_generate,
@@ -1285,8 +1286,10 @@ CASES: dict[str, Entry] = {
         {"prompt": ("float", "0d", "extra_dim", "empty", "list"),
          "max_new_tokens": ("negative", "fraction"), "k": ("zero", "fraction"),
          "temperature": ("nan", "negative"),
-         "draft": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),),
-         "target": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),)},
+         "draft": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),
+                   "not_callable"),
+         "target": (Custom("another_vocabulary", lambda f: lambda t: f(t)[..., :-1]),
+                    "not_callable")},
         unchecked={"greedy": "a flag: any value is read as true or false",
                    "generator": "a torch.Generator; torch.multinomial checks it"}),
     "speculative.expected_tokens_per_round": Entry(
