@@ -243,29 +243,30 @@ def implicit_rewards(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
 def dpo_pair_weights(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                      beta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""The implicit rewards of each pair (as :func:`implicit_rewards`) and how much DPO's
-    gradient weighs the pair.
+    r"""The implicit rewards of each pair (as :func:`implicit_rewards`) and the log of how much
+    DPO's gradient weighs the pair.
 
     The weight of pair :math:`i` is minus the derivative of its term of the DPO loss (before the
     mean) with respect to ``policy_chosen[i]``, divided by beta; the derivative with respect to
     ``policy_rejected[i]`` is the same with the sign flipped (chapter 8's exercise 9 derives it).
     It lies in :math:`(0, 1)`, is 1/2 where the policy is the reference, and is small for a pair
-    the implicit rewards already rank right by a wide margin.
+    the implicit rewards already rank right by a wide margin: so small, when the rewards are a
+    thousand apart, that it underflows, while its log, returned here, stays exact.
 
     Args: as :func:`dpo_loss`.
 
     Returns:
-        ``(chosen_rewards, rejected_rewards, weights)``: three ``(B,)`` tensors in the inputs'
-        dtype.
+        ``(chosen_rewards, rejected_rewards, log_weights)``: three ``(B,)`` tensors in the
+        inputs' dtype.
 
     Example:
         >>> z = torch.tensor([-3.0, -5.0])
-        >>> dpo_pair_weights(z, z, z, z, beta=0.1)[2]  # the reference itself
+        >>> dpo_pair_weights(z, z, z, z, beta=0.1)[2].exp()  # the reference itself
         tensor([0.5000, 0.5000])
     """
     chosen, rejected, _ = implicit_rewards(policy_chosen, policy_rejected, reference_chosen,
                                            reference_rejected, beta)
-    return chosen, rejected, torch.sigmoid(rejected - chosen)
+    return chosen, rejected, F.logsigmoid(rejected - chosen)
 
 
 def kl_regularised_optimum(reference_probs: torch.Tensor, rewards: torch.Tensor,

@@ -149,7 +149,7 @@ SLIPS_ONLY_HIDDEN_TESTS_CATCH = {
     "modern_decoder.kv_cache_design": {1, 2, 3, 4, 5, 6, 7, 8},
     "modern_decoder.moe_route": {0, 2},
     "modern_decoder.speculative_speedup": {1},
-    "fine_tuning.lora_trainable": {1, 2, 7, 8, 9},
+    "fine_tuning.lora_trainable": {4, 10},
     "reasoning.majority_vote": {2},
     "reasoning.group_advantages": {2},
     "reasoning.grpo_loss": {6},
@@ -336,8 +336,10 @@ REFERENCE_CALLS = [
      reference_rejected, beta: dpo.dpo_loss(policy_chosen, policy_rejected, reference_chosen,
                                             reference_rejected, beta), None),
     ("fine_tuning.extract_answer", lambda text: arithmetic.extract_answer(text), None),
-    ("fine_tuning.lora_trainable", lambda n_layer, n_embd, r, n_head, n_kv_head:
-        lora.gpt_lora_parameters(n_layer, n_embd, r, n_head, n_kv_head), None),
+    ("fine_tuning.lora_trainable", lambda budget, n_layer, n_embd, n_head, n_kv_head: (
+        budget // lora.gpt_lora_parameters(n_layer, n_embd, 1, n_head, n_kv_head),
+        lora.gpt_lora_parameters(n_layer, n_embd, max(1, budget // lora.gpt_lora_parameters(
+            n_layer, n_embd, 1, n_head, n_kv_head)), n_head, n_kv_head)), None),
     ("fine_tuning.kl_frontier", lambda reference_probs, rewards, betas:
         dpo.kl_regularised_optimum(reference_probs, rewards, betas), None),
     ("fine_tuning.implicit_rewards", lambda policy_chosen, policy_rejected, reference_chosen,

@@ -130,23 +130,41 @@ def test_implicit_rewards_reference_ranks_pairs_by_the_dpo_margin() -> None:
     assert type(acc) is float
 
 
-def test_dpo_pair_weights_are_the_dpo_gradient_per_pair_by_autograd() -> None:
-    """Exercise 9's weights: minus the derivative of each pair's DPO term with respect to the
-    policy's chosen log-probability, over beta (and plus that with respect to the rejected one)."""
+def test_dpo_pair_weights_are_the_log_of_the_dpo_gradient_per_pair_by_autograd() -> None:
+    """Exercise 9's log-weights: the log of minus the derivative of each pair's DPO term with
+    respect to the policy's chosen log-probability, over beta (and of plus that with respect to
+    the rejected one); finite where the weight itself underflows."""
     g = torch.Generator().manual_seed(2)
     pw, pl, rw, rl = (-30 * torch.rand(20, generator=g, dtype=torch.float64) for _ in range(4))
     pw, pl = pw.requires_grad_(), pl.requires_grad_()
     per_pair = -F.logsigmoid(0.4 * ((pw - rw) - (pl - rl)))
     grad_w, grad_l = torch.autograd.grad(per_pair.sum(), (pw, pl))
-    w, lose, weights = dpo.dpo_pair_weights(pw.detach(), pl.detach(), rw, rl, 0.4)
-    torch.testing.assert_close(weights, -grad_w / 0.4, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(weights, grad_l / 0.4, rtol=1e-12, atol=1e-12)
+    w, lose, log_weights = dpo.dpo_pair_weights(pw.detach(), pl.detach(), rw, rl, 0.4)
+    torch.testing.assert_close(log_weights, torch.log(-grad_w / 0.4), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(log_weights, torch.log(grad_l / 0.4), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(w - lose, 0.4 * ((pw - rw) - (pl - rl)).detach())
     far = dpo.dpo_pair_weights(torch.tensor([-1.0, -2000.0], dtype=torch.float64),
                                torch.tensor([-2000.0, -1.0], dtype=torch.float64),
                                torch.zeros(2, dtype=torch.float64),
                                torch.zeros(2, dtype=torch.float64), 1.0)[2]
-    assert torch.isfinite(far).all() and far[0] < 1e-300 and far[1] == 1.0
+    assert torch.isfinite(far).all() and far[0] == pytest.approx(-1999.0) and far[1] == 0.0
+
+
+def test_autograd_on_the_loss_does_not_pass_implicit_rewards() -> None:
+    """The weight by autograd, then its log: right on ordinary pairs, -inf where the weight
+    underflows (the case of rewards a thousand apart), with the slip's message."""
+    def by_autograd(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+        pw = policy_chosen.detach().clone().requires_grad_()
+        loss = -F.logsigmoid(beta * ((pw - reference_chosen)
+                                     - (policy_rejected - reference_rejected)))
+        (grad,) = torch.autograd.grad(loss.sum(), pw)
+        return (beta * (policy_chosen - reference_chosen),
+                beta * (policy_rejected - reference_rejected), torch.log(-grad / beta))
+
+    results = grading.evaluate("fine_tuning.implicit_rewards", by_autograd)
+    failed = [r for r in results if r.message]
+    assert [r.name for r in failed] == ["float64, rewards hundreds apart, both ways"]
+    assert "underflows" in failed[0].message
 
 
 def _lora_forward_rescaled_b(x, weight, bias, lora_a, lora_b, alpha):
@@ -182,3 +200,22 @@ def test_no_cell_before_the_exercises_gives_their_answers_away() -> None:
     after = "".join(c.source for c in nb.cells[start:] if c.cell_type == "markdown")
     assert "e^{r" not in after and "tilted" not in after
     assert "0.5 * 2" not in visible_tests("08-fine-tuning", "implicit_rewards")
+
+
+def test_lora_trainable_reference_is_the_largest_rank_within_the_budget() -> None:
+    """Exercise 4: the count at the returned rank fits the budget, one more rank does not, and
+    the count is add_lora's (checked above through gpt_lora_parameters)."""
+    from course_lib.exercises import fine_tuning as ex8
+
+    for budget, n_layer, d, h, g in [(130, 1, 4, 2, 1), (8192, 2, 64, 4, 4), (8191, 2, 64, 4, 4),
+                                     (10 ** 7, 12, 768, 12, 4), (59, 1, 4, 2, 1)]:
+        got = ex8.lora_trainable(budget, n_layer, d, h, g)
+        per_rank = lora.gpt_lora_parameters(n_layer, d, 1, h, g)
+        if budget < per_rank:
+            assert got is None
+            continue
+        r, trainable = got
+        assert trainable == lora.gpt_lora_parameters(n_layer, d, r, h, g) <= budget
+        assert lora.gpt_lora_parameters(n_layer, d, r + 1, h, g) > budget
+    assert ex8.lora_trainable(8192, 2, 64, 4, 4) == (4, 8192)
+    assert ex8.lora_trainable(8191, 2, 64, 4, 4) == (3, 6144)

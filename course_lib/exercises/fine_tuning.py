@@ -8,13 +8,15 @@ the implicit rewards and the KL-regularised optimum (:mod:`course_lib.dpo`) and 
 extraction (:mod:`course_lib.arithmetic`).
 
 Four exercises ask the student to work something out or predict rather than transcribe a
-printed formula: ``lora_trainable`` (count an adapter's numbers in a GPT whose heads share keys
-and values, a shape the chapter does not print), ``predict_forgetting`` (predict, then see the
+printed formula: ``lora_trainable`` (the largest rank whose adapters fit a budget of trainable
+numbers in a GPT whose heads share keys and values, a shape the chapter does not print, and the
+count at that rank), ``predict_forgetting`` (predict, then see the
 measurement), ``kl_frontier`` (derive the optimum of the KL-regularised objective and trace its
 reward-against-KL frontier) and ``implicit_rewards`` (invert that optimum into DPO's implicit
-reward, a short step, and derive how much DPO's gradient weighs each pair, stable when the
-rewards are far apart). ``lora_forward`` is graded on its algorithm too (``largest_tensor`` and
-the memory probe): forming the product ``B A`` fails.
+reward, a short step, and derive the log of how much DPO's gradient weighs each pair, exact
+when the rewards are so far apart that the weight itself underflows: autograd on the loss gives
+the weight, 0 there, and no finite log). ``lora_forward`` is graded on its algorithm too
+(``largest_tensor`` and the memory probe): forming the product ``B A`` fails.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -23,6 +25,7 @@ mistakes, each with the message its author reads.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -186,27 +189,54 @@ _MERGE_SLIPS = (
 # 4. lora_trainable (work it out) -----------------------------------------------------------------
 
 
+def lora_trainable(budget: int, n_layer: int, n_embd: int, n_head: int, n_kv_head: int
+                   ) -> tuple[int, int] | None:
+    """Reference: the largest rank whose adapters train at most ``budget`` numbers, and how many.
+
+    Adapters on the four maps of every block (``c_attn``, ``attn.c_proj``, ``mlp.c_fc``,
+    ``mlp.c_proj``) of a GPT with ``n_kv_head`` key/value heads; ``None`` below rank 1.
+    """
+    per_rank = lora.gpt_lora_parameters(n_layer, n_embd, 1, n_head, n_kv_head)
+    r = budget // per_rank
+    return None if r == 0 else (r, r * per_rank)
+
+
+def _per_rank(n_layer: int, n_embd: int, n_head: int, n_kv_head: int) -> int:
+    """The numbers one rank trains (trusted side, for the case builders)."""
+    return _trainable_from(n_layer, 1, _gqa_shapes(n_embd, _kv_width(n_embd, n_head, n_kv_head)))
+
+
 def _trainable_cases() -> list[Case]:
     def build(seed: int, layers: tuple[int, int], head_dim: tuple[int, int],
-              heads: tuple[int, int], rank: tuple[int, int]) -> Callable[[], dict[str, Any]]:
+              heads: tuple[int, int], rank: tuple[int, int], extra: str = "any"
+              ) -> Callable[[], dict[str, Any]]:
         def inputs() -> dict[str, Any]:
             n_head = 2 ** pick(seed + 1, *heads)  # a power of two, as n_kv_head: it divides
             n_kv_head = 2 ** pick(seed + 3, 0, max(0, pick(seed + 1, *heads) - 1))
-            return {"n_layer": pick(seed, *layers), "n_embd": n_head * pick(seed + 2, *head_dim),
-                    "r": pick(seed + 4, *rank), "n_head": n_head, "n_kv_head": n_kv_head}
+            n_layer, n_embd = pick(seed, *layers), n_head * pick(seed + 2, *head_dim)
+            per = _per_rank(n_layer, n_embd, n_head, n_kv_head)
+            r = pick(seed + 4, *rank)
+            budget = {"any": r * per + pick(seed + 5, 0, per - 1), "exact": r * per,
+                      "short": r * per - 1, "below": pick(seed + 5, 1, per - 1)}[extra]
+            return {"budget": budget, "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head,
+                    "n_kv_head": n_kv_head}
         return inputs
     return [
-        Case("one layer, rank 1, one head",
-             lambda: {"n_layer": 1, "n_embd": 8, "r": 1, "n_head": 1, "n_kv_head": 1}),
+        Case("one layer, one head, a budget of exactly rank 1",
+             lambda: {"budget": _per_rank(1, 8, 1, 1), "n_layer": 1, "n_embd": 8, "n_head": 1,
+                      "n_kv_head": 1}),
         Case("a small GPT, every head its own keys and values",
-             lambda: {"n_layer": pick(205, 1, 4), "n_embd": 64, "r": pick(206, 1, 8),
-                      "n_head": 4, "n_kv_head": 4}),
+             lambda: {"budget": pick(205, 2_000, 200_000), "n_layer": pick(206, 1, 4),
+                      "n_embd": 64, "n_head": 4, "n_kv_head": 4}),
         Case("a small GPT, fewer key/value heads", build(210, (1, 4), (4, 16), (1, 3), (1, 8))),
         Case("multi-query attention (one key/value head)",
-             lambda: {"n_layer": pick(215, 2, 6), "n_embd": 96, "r": pick(216, 2, 8),
-                      "n_head": 8, "n_kv_head": 1}),
-        Case("a deeper GPT, a larger rank", build(220, (6, 24), (16, 64), (2, 4), (8, 64))),
-        Case("a GPT-2-sized model", build(230, (12, 48), (64, 128), (3, 5), (1, 16))),
+             lambda: {"budget": pick(215, 20_000, 2_000_000), "n_layer": pick(216, 2, 6),
+                      "n_embd": 96, "n_head": 8, "n_kv_head": 1}),
+        Case("a deeper GPT, a budget a rank uses exactly",
+             build(220, (6, 24), (16, 64), (2, 4), (8, 64), "exact")),
+        Case("a GPT-2-sized model, a budget one number short of a rank",
+             build(230, (12, 48), (64, 128), (3, 5), (2, 16), "short")),
+        Case("a budget below rank 1", build(240, (2, 12), (8, 64), (1, 4), (1, 1), "below")),
     ]
 
 
@@ -276,25 +306,45 @@ def _trainable_separate_qkv(n_layer: int, n_embd: int, r: int, n_head: int,
                                         (d, 4 * d)])
 
 
+def _as_design(count: Callable[..., int], rule: str = "floor"
+               ) -> Callable[..., tuple[int, int] | None]:
+    """A slip of the count, or of the budget's rule, turned into the exercise's answer."""
+    def design(budget: int, n_layer: int, n_embd: int, n_head: int, n_kv_head: int
+               ) -> tuple[int, int] | None:
+        per = count(n_layer, n_embd, 1, n_head, n_kv_head)
+        r = {"floor": budget // per, "strict": (budget - 1) // per,
+             "ceil": -(-budget // per)}[rule]
+        return None if r <= 0 else (r, r * per)
+    return design
+
+
+def _trainable_right(n_layer: int, n_embd: int, r: int, n_head: int, n_kv_head: int) -> int:
+    return _trainable_from(n_layer, r, _gqa_shapes(n_embd, _kv_width(n_embd, n_head, n_kv_head)))
+
+
 _TRAINABLE_SLIPS = (
     Slip("an adapter on a (out, in) map trains A (r, in) and B (out, r): r (in + out) numbers, "
-         "not r times the weight's in x out", _trainable_full_matrices),
+         "not r times the weight's in x out", _as_design(_trainable_full_matrices)),
     Slip("the adapters sit on the MLP's maps too (c_fc and mlp.c_proj), not only attention's",
-         _trainable_attention_only),
+         _as_design(_trainable_attention_only)),
     Slip("the MLP is 4 n_embd wide: c_fc maps n_embd to 4 n_embd and mlp.c_proj back",
-         _trainable_square_mlp),
+         _as_design(_trainable_square_mlp)),
     Slip("c_attn computes queries, keys and values at once: its output holds all three",
-         _trainable_square_qkv),
-    Slip("every one of the n_layer blocks has its own adapters", _trainable_one_layer),
-    Slip("both factors train: B (out, r) as well as A (r, in)", _trainable_a_only),
+         _as_design(_trainable_square_qkv)),
+    Slip("every one of the n_layer blocks has its own adapters", _as_design(_trainable_one_layer)),
+    Slip("both factors train: B (out, r) as well as A (r, in)", _as_design(_trainable_a_only)),
     Slip("with fewer key/value heads the keys and values are narrower than the queries, and so "
-         "is c_attn's output", _trainable_no_gqa),
+         "is c_attn's output", _as_design(_trainable_no_gqa)),
     Slip("a key/value head is as wide as a query head, n_embd / n_head, not n_embd",
-         _trainable_kv_full_heads),
+         _as_design(_trainable_kv_full_heads)),
     Slip("c_attn computes the keys and the values: both are n_kv_head heads wide",
-         _trainable_one_kv),
+         _as_design(_trainable_one_kv)),
     Slip("c_attn is one map with one adapter: one A (r, n_embd) for the queries, keys and "
-         "values together, not three", _trainable_separate_qkv),
+         "values together, not three", _as_design(_trainable_separate_qkv)),
+    Slip("a rank whose adapters use the whole budget fits: at most budget numbers",
+         _as_design(_trainable_right, "strict")),
+    Slip("the rank must fit in the budget: round down, never up",
+         _as_design(_trainable_right, "ceil")),
 )
 
 
@@ -628,10 +678,12 @@ def _implicit_cases() -> list[Case]:
 
 
 def _far_apart() -> dict[str, Any]:
-    """Pairs whose rewards differ by 200 to 1,500, some each way (log-probabilities stay
-    negative): e^m / (1 + e^m) overflows float64 for the pairs ranked wrong and gives NaN."""
+    """Pairs whose rewards differ by 800 to 1,500, some each way (log-probabilities stay
+    negative): e^m / (1 + e^m) overflows float64 for the pairs ranked wrong and gives NaN; the
+    weight of the pairs ranked right underflows to 0, so its log is -inf unless computed as a
+    log-sigmoid."""
     n = pick(340, 4, 8)
-    gap = 200.0 + 1300.0 * torch.rand(n, generator=gen(341), dtype=f64)
+    gap = 800.0 + 700.0 * torch.rand(n, generator=gen(341), dtype=f64)
     sign = torch.where(torch.arange(n) % 2 == 0, 1.0, -1.0).to(f64)
     ref = -5.0 - 20.0 * torch.rand(2, n, generator=gen(342), dtype=f64)
     return {"policy_chosen": ref[0] - gap * (sign < 0),
@@ -643,7 +695,7 @@ _Rewards = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _with_weights(w: torch.Tensor, lose: torch.Tensor) -> _Rewards:
-    return w, lose, torch.sigmoid(lose - w)
+    return w, lose, F.logsigmoid(lose - w)
 
 
 def _implicit_policy_only(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
@@ -675,35 +727,35 @@ def _weights_flipped(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                      reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                      beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
-    return w, lose, torch.sigmoid(w - lose)
+    return w, lose, F.logsigmoid(w - lose)
 
 
 def _weights_times_beta(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                         reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                         beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
-    return w, lose, beta * torch.sigmoid(lose - w)
+    return w, lose, math.log(beta) + F.logsigmoid(lose - w)
 
 
 def _weights_of_the_mean(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                          reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                          beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
-    return w, lose, torch.sigmoid(lose - w) / len(w)
+    return w, lose, F.logsigmoid(lose - w) - math.log(len(w))
 
 
 def _weights_the_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                       reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                       beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
-    return w, lose, -F.logsigmoid(w - lose)
+    return w, lose, torch.log(-F.logsigmoid(w - lose))
 
 
 def _weights_unscaled_margin(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                              reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
                              beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
-    return w, lose, torch.sigmoid((lose - w) / beta)
+    return w, lose, F.logsigmoid((lose - w) / beta)
 
 
 def _weights_naive_exp(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
@@ -711,7 +763,14 @@ def _weights_naive_exp(policy_chosen: torch.Tensor, policy_rejected: torch.Tenso
                        beta: float) -> _Rewards:
     w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
     e = torch.exp(lose - w)
-    return w, lose, e / (1 + e)
+    return w, lose, torch.log(e / (1 + e))
+
+
+def _weights_underflow(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                       reference_chosen: torch.Tensor, reference_rejected: torch.Tensor,
+                       beta: float) -> _Rewards:
+    w, lose = _rewards(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    return w, lose, torch.log(torch.sigmoid(lose - w))
 
 
 _IMPLICIT_SLIPS = (
@@ -731,8 +790,11 @@ _IMPLICIT_SLIPS = (
          _weights_the_loss),
     Slip("the sigmoid's argument is the difference of the rewards, which already carry beta",
          _weights_unscaled_margin),
-    Slip("e^m / (1 + e^m) overflows when the rewards are far apart: use a sigmoid (or write the "
-         "weight with e^-|m|)", _weights_naive_exp),
+    Slip("e^m / (1 + e^m) overflows when the rewards are far apart: write the log of the "
+         "weight in a form that never forms e^m (a log-sigmoid)", _weights_naive_exp),
+    Slip("the weight itself underflows to 0 when the rewards are far apart, and its log "
+         "becomes -inf; the log of the weight is finite: compute it directly, never through "
+         "the weight", _weights_underflow),
 )
 
 
@@ -812,9 +874,9 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
              too_large="the product B A (out x in): apply A, then B"),
     Exercise(id="fine_tuning.merge_lora", reference=lora.merge_lora, cases=_merge_cases,
              slips=_MERGE_SLIPS, forbidden=(lora.merge_all,)),
-    Exercise(id="fine_tuning.lora_trainable", reference=lora.gpt_lora_parameters,
+    Exercise(id="fine_tuning.lora_trainable", reference=lora_trainable,
              cases=_trainable_cases, slips=_TRAINABLE_SLIPS,
-             forbidden=(lora.add_lora, lora.trainable_parameters)),
+             forbidden=(lora.add_lora, lora.trainable_parameters, lora.gpt_lora_parameters)),
     _PREDICT_FORGETTING,
     Exercise(id="fine_tuning.distillation_loss", reference=distill.distillation_loss,
              cases=_distill_cases, slips=_DISTILL_SLIPS, forbidden=(distill.hinton_loss,)),
