@@ -144,6 +144,7 @@ def token_loss_grad(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str,
         grad = torch.zeros_like(logp)
     return {"grad": grad}
 
+
 def key_value_stream(fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
     """``fn(q, kv_blocks)`` with the keys and values as a one-shot stream of blocks.
 
