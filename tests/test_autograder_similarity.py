@@ -478,3 +478,25 @@ def test_report_flags_the_encoded_copy_and_lists_dynamic_code_escaped(chapter1, 
                 csv.DictReader(f)]
     assert rows == [("reference", "enc<b>", "instructor's solution", "runtime"),
                     ("dynamic code", "enc<b>", "", "dynamic code")]
+
+
+def test_a_copy_of_a_forbidden_course_lib_function_is_flagged(shell) -> None:
+    """A function a statement forbids (chapter 9's ``rl.token_logprobs`` for
+    ``response_logprobs``) is readable on Colab: its body copied under the exercise's name, as it
+    runs, is flagged against that function, not only against the exercise's reference."""
+    import inspect as _inspect
+
+    from course_lib import rl
+
+    ch = find_chapter("09-reasoning")
+    spec = load_chapter_spec(ch.slug, ch.exercises, ch.source, ch.release)
+    references = similarity.reference_runtime(spec)["reasoning.response_logprobs"]
+    labels = [label for label, _ in references]
+    assert "course_lib: rl.token_logprobs" in labels, labels
+    source = "from __future__ import annotations\n\n" + _inspect.getsource(
+        rl.token_logprobs).replace("def token_logprobs(", "def response_logprobs(", 1)
+    copied = _ran(shell, list(spec.setup), source, "response_logprobs")["fingerprint"]
+    flags = similarity.compare_runtime("reasoning.response_logprobs", {"copier": copied},
+                                       references)
+    assert ("copier", "course_lib: rl.token_logprobs") in {
+        (f.a.label, f.b.label) for f in flags if f.b is not None}

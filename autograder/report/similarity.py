@@ -321,7 +321,8 @@ def reference_runtime(spec: ChapterSpec) -> dict[str, list[tuple[str, str]]]:
 
     The instructor's solution cell is compiled (never executed: the function's code object is a
     constant of the cell's code) and its function described as the sandbox's runner describes a
-    student's; course_lib's reference is described from its code object.
+    student's; course_lib's reference, and every course_lib function the exercise forbids (a
+    taught function a student can read on Colab and copy), are described from their code objects.
     """
     out: dict[str, list[tuple[str, str]]] = {}
     exercises = grading.chapter_exercises(spec.exercise_chapter)
@@ -331,10 +332,14 @@ def reference_runtime(spec: ChapterSpec) -> dict[str, list[tuple[str, str]]]:
         if text:
             found.append(("instructor's solution", text))
         obj = exercises.get(ex.exercise_id)
-        target = inspect.unwrap(obj.reference) if obj is not None and callable(obj.reference) \
-            else None
-        code = getattr(target, "__code__", None)
-        if isinstance(code, types.CodeType):
+        targets = [] if obj is None else [obj.reference, *obj.forbidden]
+        seen: set[int] = set()
+        for candidate in targets:  # the reference and every function that computes the answer
+            target = inspect.unwrap(candidate) if callable(candidate) else None
+            code = getattr(target, "__code__", None)
+            if not isinstance(code, types.CodeType) or id(code) in seen:
+                continue
+            seen.add(id(code))
             module = str(getattr(target, "__module__", "") or "").removeprefix("course_lib.")
             label = f"course_lib: {module}.{getattr(target, '__qualname__', '?')}"
             found.append((label, describe_code(code, _helper_code(target.__globals__))[0]))
