@@ -167,8 +167,8 @@ def correctness_reward(completion: str, answer: int) -> float:
 def format_reward(completion: str, answer: int | None = None) -> float:
     """A format-only reward: 1.0 for digits separated by commas and ended by ``.``, right or not.
 
-    ``answer`` is ignored: this reward checks how an answer looks, not whether it is right, and
-    a policy trained on it is free to stop being right (section 3's reward hacking).
+    ``answer`` is ignored: this reward checks how an answer looks, not whether it is right
+    (section 3 trains a policy on it).
 
     Example:
         >>> (format_reward("9,7,8."), format_reward("1."), format_reward("9,,7"),
