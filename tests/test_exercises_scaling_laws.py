@@ -14,8 +14,9 @@ import pytest
 import torch
 from scipy import optimize, stats
 
-from course_lib import counting, flops, gpt, scaling
+from course_lib import counting, flops, gpt, scaling, sweep
 from course_lib.exercises import scaling_laws as ex5
+from tests.questions import answer
 
 pytestmark = pytest.mark.ch05
 
@@ -54,6 +55,22 @@ def test_isoflop_reference_is_the_least_squares_vertex() -> None:
     n_opt, value, se = ex5.isoflop_minimum(n, loss, 0.01)
     assert n_opt == pytest.approx(5e3, rel=1e-9) and value == pytest.approx(2.0, abs=1e-12)
     assert se > 0
+
+
+def test_allocation_prediction_answer_is_the_shipped_sweeps_exponent() -> None:
+    """The hidden answer of exercise 7 is the range of approach 2's exponent on the shipped CSV,
+    computed as section 6 computes it (the minima of the five profiles, a power law in C)."""
+    rows = [r for r in sweep.read_csv() if not r["heldout"]]
+    minima = []
+    for budget in sorted({r["budget"] for r in rows}):
+        group = [r for r in rows if r["budget"] == budget]
+        m = scaling.isoflop_minimum(budget, [r["params_nonembedding"] for r in group],
+                                    [r["val_loss"] for r in group])
+        minima.append((m.flops, m.n_opt))
+    a, _ = scaling.fit_power_law(torch.tensor([c for c, _ in minima], dtype=torch.float64),
+                                 torch.tensor([n for _, n in minima], dtype=torch.float64))
+    letter = "a" if a < 0.4 else "b" if a <= 0.6 else "c" if a <= 0.85 else "d"
+    assert letter == answer("scaling_laws.allocation_prediction"), a
 
 
 def _vertex(n_params: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,10 @@
 Every exercise is solvable with plain Python, torch and numpy. Seven are warm-ups on a formula or
 a procedure that the chapter or the statement prints (``param_count``,
 ``forward_flops_per_token``, ``training_flops``, ``mfu``, ``chinchilla_loss``,
-``fit_power_law``, ``bootstrap_interval``: 9 of 22 points). Three ask for what the chapter does
-not print (13 points): the compute-optimal allocation under the budget (``compute_optimal``,
+``fit_power_law``, ``bootstrap_interval``: 9 of 24 points). One is a prediction asked before
+the sweep is read (``allocation_prediction``, 2 points: the range of approach 2's exponent; the
+answer is only in the notebook's hidden test). Three ask for what the chapter does not print
+(13 points): the compute-optimal allocation under the budget (``compute_optimal``,
 graded to a relative 1e-10, which a search on the loss values does not reach); the first-order
 standard error of an IsoFLOP minimum's ``log N`` under noise on the losses (``isoflop_minimum``,
 besides the least-squares vertex; a Monte Carlo estimate does not reach the 1e-6 tolerance); and
@@ -38,7 +40,7 @@ import torch
 
 from course_lib import complexity, counting, flops, gpt, scaling, sweep
 from course_lib.exercises._common import Inputs, f32, f64, gen
-from course_lib.grading import Case, Exercise, Slip
+from course_lib.grading import Case, Exercise, Question, Slip
 
 
 def _ints(seed: int, *ranges: tuple[int, int]) -> list[int]:
@@ -354,7 +356,15 @@ _OPTIMAL_SLIPS = (
 )
 
 
-# 7. isoflop_minimum ----------------------------------------------------------------------------
+# 7. allocation_prediction ---------------------------------------------------------------------
+
+_ALLOCATION_PREDICTION = Question(
+    id="scaling_laws.allocation_prediction", choices="abcd",
+    hint=("section 6 fits the power law through the IsoFLOP minima: compare its exponent with "
+          "the four ranges; section 1's shares of the embeddings say why it lands there"))
+
+
+# 8. isoflop_minimum ----------------------------------------------------------------------------
 
 
 def isoflop_minimum(n_params: torch.Tensor, loss: torch.Tensor,
@@ -479,7 +489,7 @@ _ISOFLOP_SLIPS = (
 )
 
 
-# 8. fit_power_law ------------------------------------------------------------------------------
+# 9. fit_power_law -------------------------------------------------------------------------------
 
 
 def _power_cases() -> list[Case]:
@@ -551,7 +561,7 @@ _POWER_SLIPS = (
 )
 
 
-# 9. bootstrap_interval -------------------------------------------------------------------------
+# 10. bootstrap_interval ------------------------------------------------------------------------
 
 
 def _bootstrap_cases() -> list[Case]:
@@ -632,7 +642,7 @@ _BOOTSTRAP_SLIPS = (
 )
 
 
-# 10. zero_plan ---------------------------------------------------------------------------------
+# 11. zero_plan --------------------------------------------------------------------------------
 
 #: The 32-bit buffers that each optimizer's update rule carries from one step to the next,
 #: besides the master weights (the statement gives the rules, not these counts).
@@ -796,6 +806,7 @@ EXERCISES = {ex.id: ex for ex in [
     Exercise(id="scaling_laws.compute_optimal", reference=compute_optimal,
              cases=_optimal_cases, slips=_OPTIMAL_SLIPS, diagnose=_optimal_diagnose,
              forbidden=(scaling.compute_optimal, scaling.ChinchillaFit)),
+    _ALLOCATION_PREDICTION,
     Exercise(id="scaling_laws.isoflop_minimum", reference=isoflop_minimum,
              cases=_isoflop_cases, slips=_ISOFLOP_SLIPS, diagnose=_isoflop_diagnose,
              forbidden=(scaling.isoflop_minimum,)),
