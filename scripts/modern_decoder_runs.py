@@ -21,6 +21,15 @@ Writes ``course_lib/data/modern_decoder_runs.json.xz`` (provenance in
 ``course_lib/data/MODERN_DECODER_RUNS.md``). Run (about 15 minutes on one thread)::
 
     nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py
+
+The long ladder (``--long``): the five rungs and ``sinusoidal`` again for ``LONG_STEPS`` steps (the
+same schedule stretched), each also recording the loss at every position of 512-character
+windows; ``--shard I N`` makes every N-th of those runs (several processes), ``--merge`` puts the
+shards into the file under ``"long"`` (about 2 minutes a run on one quiet thread)::
+
+    for i in 0 1; do nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py --long \
+        --shard $i 2 --out long$i.json.xz & done; wait
+    .venv/bin/python scripts/modern_decoder_runs.py --merge long0.json.xz long1.json.xz
 """
 
 from __future__ import annotations
@@ -50,8 +59,15 @@ WARMUP = 50
 SEEDS = (0, 1, 2)
 EVAL_CONTEXTS = (128, 256, 512)
 EVAL_TOKENS = 32768  # validation characters per context length
+LONG_STEPS = 2400  # the ladder's long runs (--long): four times the steps, to near convergence
+LONG_EVAL_EVERY = 200
+POSITION_WINDOWS = 256  # validation windows of 512 characters for the loss per position
 AUX_COEF = 0.01
 COMMAND = "nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py"
+LONG_COMMAND = ("for i in 0 1; do nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py "
+                "--long "
+                "--shard $i 2 --out long$i.json.xz & done; wait; .venv/bin/python "
+                "scripts/modern_decoder_runs.py --merge long0.json.xz long1.json.xz")
 
 BASE = llama.LlamaConfig(vocab_size=83, hidden_size=64, intermediate_size=256,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
@@ -80,10 +96,11 @@ def non_embedding_params(model: llama.LlamaForCausalLM) -> int:
                if not n.startswith(("model.embed_tokens", "model.embed_positions", "lm_head")))
 
 
-def lr_at(step: int) -> float:
+def lr_at(step: int, steps: int = STEPS) -> float:
+    """Linear warm-up over WARMUP steps, then a cosine decay to LR / 10 at the last of ``steps``."""
     if step < WARMUP:
         return LR * (step + 1) / WARMUP
-    progress = (step - WARMUP) / max(1, STEPS - 1 - WARMUP)
+    progress = (step - WARMUP) / max(1, steps - 1 - WARMUP)
     return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -107,6 +124,24 @@ def evaluate(model: llama.LlamaForCausalLM, val: torch.Tensor, context: int,
     return total / count
 
 
+@torch.no_grad()
+def loss_by_position(model: llama.LlamaForCausalLM, val: torch.Tensor,
+                     context: int = max(EVAL_CONTEXTS),
+                     windows: int = POSITION_WINDOWS) -> list[float]:
+    """Mean loss (nats per character) at each position 0..context-1 of evenly spaced validation
+    windows: the loss past the trained context, position by position."""
+    offsets = torch.linspace(0, val.numel() - context - 2, windows).long()
+    window = val[offsets[:, None] + torch.arange(context + 1)].long()
+    model.eval()
+    total = torch.zeros(context, dtype=torch.float64)
+    for chunk in window.split(max(1, 2048 // context)):
+        logits = model(chunk[:, :-1])
+        total += F.cross_entropy(logits.transpose(1, 2).double(), chunk[:, 1:],
+                                 reduction="none").sum(0)
+    model.train()
+    return [round(float(v), 5) for v in total / windows]
+
+
 def _rescaled(model: llama.LlamaForCausalLM, scale: float) -> llama.LlamaForCausalLM:
     other = llama.LlamaForCausalLM(replace(model.config, rope_scale=scale))
     other.load_state_dict(model.state_dict())
@@ -114,7 +149,8 @@ def _rescaled(model: llama.LlamaForCausalLM, scale: float) -> llama.LlamaForCaus
 
 
 def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tensor,
-          val: torch.Tensor, steps: int) -> dict:
+          val: torch.Tensor, steps: int, eval_every: int = 100,
+          by_position: bool = False) -> dict:
     torch.manual_seed(seed)
     model = llama.LlamaForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
@@ -124,7 +160,7 @@ def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tens
     start = time.perf_counter()
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+            group["lr"] = lr_at(step, steps)
         x, y = random_windows(train_ids, CONTEXT, BATCH, generator=batches)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         if config.num_local_experts:
@@ -134,13 +170,15 @@ def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if (step + 1) % 100 == 0 or step == steps - 1:
+        if (step + 1) % eval_every == 0 or step == steps - 1:
             curve.append([step + 1, evaluate(model, val, CONTEXT)])
     seconds = time.perf_counter() - start
     row = {"name": name, "seed": seed, "config": asdict(config), "steps": steps,
            "seconds": seconds, "non_embedding_params": non_embedding_params(model),
            "params": llama.num_params(model), "curve": curve,
            "val_loss": {str(c): evaluate(model, val, c) for c in EVAL_CONTEXTS}}
+    if by_position:
+        row["loss_by_position"] = loss_by_position(model, val)
     if config.position == "rope":
         row["val_loss_interpolated"] = {str(c): evaluate(model, val, c, scale=c / CONTEXT)
                                         for c in EVAL_CONTEXTS[1:]}
@@ -164,11 +202,31 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=llama.RUNS_PATH)
     parser.add_argument("--only", nargs="+", default=None,
                         help="rerun these runs (names) and replace them in the existing file")
+    parser.add_argument("--long", action="store_true",
+                        help=f"the long ladder: every rung and sinusoidal for {LONG_STEPS} steps")
+    parser.add_argument("--shard", type=int, nargs=2, default=(0, 1), metavar=("I", "N"),
+                        help="--long: make only the I-th of every N runs (to use two processes)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="put the runs of these --long outputs into --out under 'long'")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.merge:
+        return merge_long(args.merge, args.out)
     train_ids, val, vocab = char_data()
     assert vocab == BASE.vocab_size
     start = time.perf_counter()
+    if args.long:
+        steps = LONG_STEPS if args.steps == STEPS else args.steps
+        jobs = [(name, cfg, seed) for name, cfg in RUNGS.items() for seed in SEEDS]
+        jobs += [("sinusoidal", EXTRA["sinusoidal"], seed) for seed in SEEDS[:2]]
+        i, n = args.shard
+        runs = [train(name, cfg, seed, train_ids, val, steps, eval_every=LONG_EVAL_EVERY,
+                      by_position=True) for name, cfg, seed in jobs[i::n]]
+        part = {"steps": steps, "shard": [i, n], "runs": runs,
+                "seconds": time.perf_counter() - start, "torch": torch.__version__}
+        save_json_xz(part, args.out)
+        print(f"wrote {args.out}; {part['seconds']:.0f} s")
+        return part
     if args.only:
         results = llama.load_runs(args.out)
         configs = {**RUNGS, **EXTRA}
@@ -192,6 +250,24 @@ def main(argv: list[str] | None = None) -> dict:
                "total_seconds": time.perf_counter() - start}
     save_json_xz(results, args.out)
     print(f"wrote {args.out}; total {results['total_seconds']:.0f} s")
+    return results
+
+
+def merge_long(parts: list[Path], out: Path) -> dict:
+    """The shards of ``--long``, in the order of the jobs, under ``results["long"]``."""
+    shards = [llama.load_runs(p) for p in parts]
+    order = {(name, seed): k for k, (name, seed) in enumerate(
+        [(name, seed) for name in RUNGS for seed in SEEDS]
+        + [("sinusoidal", seed) for seed in SEEDS[:2]])}
+    runs = sorted((r for s in shards for r in s["runs"]), key=lambda r: order[r["name"], r["seed"]])
+    assert len({s["steps"] for s in shards}) == 1
+    results = llama.load_runs(out)
+    results["long"] = {"command": LONG_COMMAND, "steps": shards[0]["steps"],
+                       "eval_every": LONG_EVAL_EVERY, "position_windows": POSITION_WINDOWS,
+                       "torch": shards[0]["torch"], "runs": runs,
+                       "shard_seconds": [s["seconds"] for s in shards]}
+    save_json_xz(results, out)
+    print(f"merged {len(runs)} long runs into {out}")
     return results
 
 

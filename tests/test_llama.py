@@ -224,3 +224,12 @@ def test_shipped_runs_are_the_scripts_configuration():
     for run in runs["runs"]:
         assert run["config"] == asdict(configs[run["name"]]), run["name"]
         assert run["steps"] == script.STEPS
+    long = runs["long"]  # the long ladder (--long): every rung and two sinusoidal seeds
+    assert long["steps"] == script.LONG_STEPS and long["eval_every"] == script.LONG_EVAL_EVERY
+    assert [(r["name"], r["seed"]) for r in long["runs"]] == \
+        [(n, s) for n in script.RUNGS for s in script.SEEDS] + \
+        [("sinusoidal", s) for s in script.SEEDS[:2]]
+    for run in long["runs"]:
+        assert run["config"] == asdict(configs[run["name"]]), run["name"]
+        assert run["steps"] == script.LONG_STEPS
+        assert len(run["loss_by_position"]) == max(script.EVAL_CONTEXTS)

@@ -495,8 +495,9 @@ def _route_slip(kind: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor, to
 
 
 _ROUTE_SLIPS = (
-    Slip("the loss is still the given code's: compare each of its terms with eq. (8) of the "
-         "page, one at a time, on a small case you can work by hand", given_router),
+    Slip("the loss is still the given code's: on a small case, which logits does its gradient "
+         "reach? P_e must give a gradient to an expert that a token did not choose",
+         given_router),
     Slip("the gates were right in the given code: a token's k gates are its router "
          "probabilities renormalised to sum to one", _route_slip("raw")),
     Slip("f_e counts every one of a token's k choices, not only its first", _route_slip("top1")),
@@ -628,8 +629,8 @@ _SPEEDUP_SLIPS = (
 
 _LADDER_PREDICTION = Question(
     id="modern_decoder.ladder_prediction", choices="abcd",
-    hint=("compare the means of the rungs with their spread across seeds in the table: one "
-          "rung moves the loss by far more than the others"))
+    hint=("divide the learned-position rung's gap after the long runs by the 600-step gap: "
+          "the two validation curves of section 8 give both"))
 
 
 EXERCISES = {ex.id: ex for ex in [
