@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,29 @@ def test_the_recipes_build_models_of_the_documented_size() -> None:
     assert n_params == V * d + T * d + L * (12 * d * d + 2 * d) + d
     for recipe in bench.RECIPES.values():
         assert recipe.name in bench.RECIPES and recipe.threads >= 1
-        tuned = bench.build_model(recipe, 65)
-        assert tuned.config.block_size >= max(recipe.block_size, bench.EVAL_BLOCK)
+        built = bench.build_model(recipe, 65)
+        if recipe.block == "gpt":
+            assert built.config.block_size >= max(recipe.block_size, bench.EVAL_BLOCK)
+        else:
+            assert built.config.max_position_embeddings >= max(recipe.block_size, bench.EVAL_BLOCK)
+
+
+def test_the_modern_recipe_is_the_ladders_best_block_in_the_tuned_recipe() -> None:
+    """Chapter 7's block (RoPE, RMSNorm, SwiGLU of width 8d/3, no biases, tied embeddings) with
+    the tuned recipe's size, batches and schedule; its parameters within 1% of the GPT's."""
+    t, m = bench.TUNED, bench.MODERN
+    same = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "lr", "min_lr", "warmup",
+            "schedule", "max_iters", "betas", "weight_decay", "grad_clip", "dropout", "threads")
+    assert all(getattr(m, name) == getattr(t, name) for name in same)
+    model = bench.build_model(m, 65)
+    c = model.config
+    assert (c.position, c.norm, c.mlp, c.intermediate_size) == ("rope", "rms", "swiglu", 342)
+    assert c.num_key_value_heads == c.num_attention_heads and c.tie_word_embeddings
+    gpt = bench.build_model(t, 65)
+    n_m, n_g = (sum(p.numel() for p in x.parameters()) for x in (model, gpt))
+    assert abs(n_m / n_g - 1) < 0.01
+    x = torch.randint(65, (2, bench.EVAL_BLOCK))
+    assert model(x).shape == (2, bench.EVAL_BLOCK, 65)
 
 
 def test_nanogpt_schedule_warms_up_then_decays_to_min_lr() -> None:
@@ -89,6 +111,7 @@ def test_time_schedule_ends_at_min_lr_when_the_budget_ends() -> None:
     (dict(schedule="iters", max_iters=None), "max_iters"),
     (dict(n_head=3), "divisible"),
     (dict(batch_size=0), "batch_size"),
+    (dict(block="mamba"), "block"),
 ])
 def test_bad_recipes_are_refused(kwargs: dict, error: str) -> None:
     base = dict(name="x", n_layer=1, n_head=2, n_embd=8, block_size=8, batch_size=2, lr=1e-3,
@@ -156,11 +179,12 @@ def test_the_command_line_runs_both_recipes_and_prints_the_table(corpus: Path) -
                               "--eval-windows", "3", "--eval-every", "0"], log=lines.append)
     finally:
         torch.set_num_threads(threads)
-    assert set(results) == {"baseline", "tuned"}
+    assert set(results) == {"baseline", "tuned", "modern"}
     text = "\n".join(lines)
     assert "command: bench/train_shakespeare.py --corpus" in text
     assert '"name": "baseline"' in text and '"name": "tuned"' in text  # the configurations
     assert "load average" in text and "tuned vs baseline" in text
+    assert "modern vs baseline" in text and "modern vs tuned" in text
     assert "200 s" in text and "400 s" in text and "600 s" in text
 
 
@@ -168,6 +192,8 @@ def test_the_command_line_runs_both_recipes_and_prints_the_table(corpus: Path) -
     (["--recipes", "baseline,fast"], "unknown"),
     (["--recipes", ","], "empty"),
     (["--seconds", "0"], "positive"),
+    (["--threads", "0"], "at least 1"),
+    (["--clock", "gpu"], "invalid choice"),
 ])
 def test_bad_arguments_are_refused(argv: list[str], error: str, capsys) -> None:
     with pytest.raises(SystemExit):
@@ -177,4 +203,18 @@ def test_bad_arguments_are_refused(argv: list[str], error: str, capsys) -> None:
 
 def test_default_marks_are_60_120_180() -> None:
     assert bench.default_marks(180.0) == [60.0, 120.0, 180.0]
-    assert bench.parse_args([]).recipe_list == [bench.BASELINE, bench.TUNED]
+    assert bench.parse_args([]).recipe_list == [bench.BASELINE, bench.TUNED, bench.MODERN]
+
+
+def test_cpu_clock_and_threads_options(corpus: Path) -> None:
+    args = bench.parse_args(["--clock", "cpu", "--threads", "1", "--recipes", "modern"])
+    assert args.clock == "cpu" and args.recipe_list == [replace(bench.MODERN, threads=1)]
+    lines: list[str] = []
+    threads = torch.get_num_threads()
+    try:
+        results = bench.main(["--corpus", str(corpus), "--seconds", "600", "--max-steps", "2",
+                              "--eval-windows", "3", "--eval-every", "0", "--clock", "cpu",
+                              "--threads", "1", "--recipes", "modern"], log=lines.append)
+    finally:
+        torch.set_num_threads(threads)
+    assert results["modern"].iterations == 2 and math.isfinite(results["modern"].curve[-1][2])
