@@ -782,6 +782,16 @@ def _top_p_cases() -> list[Case]:
         # probabilities 0.1 each: p = 0.3 is reached exactly by the first three (vocabulary order)
         return {"logits": torch.zeros(1, 10, dtype=f64), "p": 0.3}
 
+    def tolerance_sides() -> dict[str, Any]:
+        # float64 probabilities (0.5, 0.45 - d, 0.05 + d), p = 0.95, columns shuffled: the mass
+        # above the third token is p - 4e-6 in one row (within reach: kept) and p - 5e-7 in the
+        # other (reached within 1e-6: dropped); a tolerance of 1e-5 drops the first, none keeps
+        # the second
+        probs = torch.tensor([[0.5, 0.45 - 4e-6, 0.05 + 4e-6],
+                              [0.5, 0.45 - 5e-7, 0.05 + 5e-7]], dtype=f64)
+        order = torch.randperm(3, generator=gen(73))
+        return {"logits": probs[:, order].log(), "p": 0.95}
+
     def many_ties() -> dict[str, Any]:
         # runs of equal logits in a long row: torch's default (unstable) sort reorders them
         v = 2 * pick(69, 400, 800)
@@ -811,6 +821,7 @@ def _top_p_cases() -> list[Case]:
         Case("float64, equal probabilities, exactly p", boundary64),
         Case("float64, a 3-D batch (B, T, V), p = 0.7", build(66, (2, 3, 12), f64, 0.7)),
         Case("float32, long runs of equal probabilities (vocabulary order)", many_ties),
+        Case("float64, masses just either side of the stated tolerance", tolerance_sides),
         Case("float32, thousands of tokens: float64 sums needed at the boundary",
              float32_sums(71, True)),
         Case("float32, thousands of tokens: float64 probabilities needed at the boundary",
