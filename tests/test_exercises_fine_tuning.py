@@ -120,6 +120,69 @@ def test_kl_frontier_reference_is_the_best_policy_against_random_policies() -> N
     torch.testing.assert_close(best, betas * log_z, rtol=1e-12, atol=1e-12)
 
 
+def _lbfgs_frontier(reference_probs: torch.Tensor, rewards: torch.Tensor, betas: torch.Tensor,
+                    max_iter: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attack on exercise 7 without a derivation: maximise J = E[r] - beta KL (divided by
+    beta, which conditions it better) over softmax logits with LBFGS in float64, one beta at a
+    time, from the reference's logits. It passed every hidden case before the large one."""
+    log_ref, r = reference_probs.double().log(), rewards.double()
+
+    def minus_j_over_beta(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(z, -1)
+        p = logp.exp()
+        return -((p * r).sum() - b * (p * (logp - log_ref)).sum()) / b
+
+    out = []
+    for b in betas.double():
+        z = log_ref.clone().requires_grad_()
+        opt = torch.optim.LBFGS([z], lr=1, max_iter=max_iter, tolerance_grad=0,
+                                tolerance_change=0, history_size=100,
+                                line_search_fn="strong_wolfe")
+
+        def closure(z: torch.Tensor = z, b: torch.Tensor = b,
+                    opt: torch.optim.LBFGS = opt) -> torch.Tensor:
+            opt.zero_grad()
+            loss = minus_j_over_beta(z, b)
+            loss.backward()
+            return loss
+        opt.step(closure)
+        with torch.no_grad():
+            logp = torch.log_softmax(z, -1)
+            out.append(torch.stack([(logp.exp() * r).sum(),
+                                    (logp.exp() * (logp - log_ref)).sum()]))
+    reward, kl = torch.stack(out).T.to(reference_probs.dtype)
+    return reward, kl
+
+
+def test_kl_frontier_is_not_met_by_numerical_maximisation() -> None:
+    """Exercise 7 grades the derived optimum: LBFGS on the policy's logits comes close on the
+    small cases (it met all five before the large one was added) but stalls far from the
+    optimum on the hidden case with 16,000 to 20,000 completions, here on its two smallest betas
+    alone (the whole case takes minutes and fails too), while the closed form, in either of its
+    two stable forms, passes that case."""
+    ex = grading.get_exercise("fine_tuning.kl_frontier")
+    cases = ex.cases()
+    small = cases[0].inputs()
+    torch.testing.assert_close(_lbfgs_frontier(**small), dpo.kl_regularised_optimum(**small),
+                               rtol=1e-5, atol=1e-7)  # at about the grader's tolerance
+    (large,) = [c for c in cases if "20,000 completions" in c.name]
+    inputs = large.inputs()
+    inputs["betas"] = inputs["betas"][:2]
+    expected = dpo.kl_regularised_optimum(**inputs)
+    got = _lbfgs_frontier(**inputs)
+    assert grading.compare_plain(grading.to_plain(got), grading.to_plain(expected), large.rtol,
+                                 large.atol) is not None
+    assert (got[0] - expected[0]).abs().min() > 0.1  # far off, not by a tolerance
+    # A student's other stable form, E[r] / beta - log Z, passes the whole large case.
+    full = large.inputs()
+    x = full["reference_probs"].log() + full["rewards"] / full["betas"][:, None]
+    log_z = torch.logsumexp(x, -1)
+    reward = (torch.exp(x - log_z[:, None]) * full["rewards"]).sum(-1)
+    assert grading.compare_plain(grading.to_plain((reward, reward / full["betas"] - log_z)),
+                                 grading.reference_output(ex, large, full), large.rtol,
+                                 large.atol) is None
+
+
 def test_implicit_rewards_reference_ranks_pairs_by_the_dpo_margin() -> None:
     g = torch.Generator().manual_seed(1)
     pw, pl, rw, rl = (-30 * torch.rand(50, generator=g, dtype=torch.float64) for _ in range(4))

@@ -10,13 +10,15 @@ extraction (:mod:`course_lib.arithmetic`).
 Four exercises ask the student to work something out or predict rather than transcribe a
 printed formula: ``lora_trainable`` (the largest rank whose adapters fit a budget of trainable
 numbers in a GPT whose heads share keys and values, a shape the chapter does not print, and the
-count at that rank), ``predict_forgetting`` (predict, then see the
-measurement), ``kl_frontier`` (derive the optimum of the KL-regularised objective and trace its
-reward-against-KL frontier) and ``implicit_rewards`` (invert that optimum into DPO's implicit
-reward, a short step, and derive the log of how much DPO's gradient weighs each pair, exact
-when the rewards are so far apart that the weight itself underflows: autograd on the loss gives
-the weight, 0 there, and no finite log). ``lora_forward`` is graded on its algorithm too
-(``largest_tensor`` and the memory probe): forming the product ``B A`` fails.
+count at that rank), ``predict_forgetting`` (predict, then see the measurement),
+``kl_frontier`` (derive the optimum of the KL-regularised objective and trace its
+reward-against-KL frontier; a hidden case of up to 20,000 completions and betas over five
+decades is out of reach of a numerical maximisation of the objective) and
+``implicit_rewards`` (invert that optimum into DPO's implicit reward, a short step, and derive
+the log of how much DPO's gradient weighs each pair, exact when the rewards are so far apart
+that the weight itself underflows: autograd on the loss gives the weight, 0 there, and no
+finite log). ``lora_forward`` is graded on its algorithm too (``largest_tensor`` and the memory
+probe): forming the product ``B A`` fails.
 
 Case builders use torch, plain Python and :mod:`course_lib.exercises._common` only (the grading
 sandbox strips the references' bodies). Slips (:class:`~course_lib.grading.Slip`) are the common
@@ -588,10 +590,23 @@ def _frontier_cases() -> list[Case]:
              build(250, (3, 9), (3, 8), (-1.0, 2.0), 2.0)),
         Case("float32, a large beta (near the reference)", build(260, (4, 8), (2, 4), (2.0, 3.0),
                                                                  1.0, f32)),
-        Case("float32, a small beta (exp(r / beta) overflows float32)",
+        Case("float32, a small beta (where a naive exponential overflows float32)",
              build(270, (3, 6), (3, 5), (-2.5, -1.5), 5.0, f32)),
         Case("float64, one beta", build(280, (5, 7), (1, 1), (-0.5, 0.5), 1.0)),
+        Case("float64, 16,000 to 20,000 completions, betas from 0.001 to 100",
+             _many_completions),
     ]
+
+
+def _many_completions() -> dict[str, Any]:
+    """A reference spread over many orders of magnitude and betas over five decades: a numerical
+    maximisation of J over the policy's logits stalls far from the optimum here (the optimum's
+    small probabilities barely move the gradient), the closed form is exact to float64."""
+    K, N = pick(290, 16_000, 20_000), pick(291, 10, 14)
+    u = (torch.arange(N, dtype=f64) + torch.rand(N, generator=gen(292), dtype=f64)) / N
+    return {"reference_probs": torch.softmax(randn(293, K, dtype=f64, scale=2.0), -1),
+            "rewards": randn(294, K, dtype=f64, scale=2.0),
+            "betas": 10 ** (-3.0 + 5.0 * u)}  # one in each band, ascending
 
 
 def _optimum_logits(reference_probs: torch.Tensor, rewards: torch.Tensor, betas: torch.Tensor,
@@ -641,16 +656,17 @@ def _frontier_naive_exp(reference_probs: torch.Tensor, rewards: torch.Tensor,
 
 
 _FRONTIER_SLIPS = (
-    Slip("the reward is divided by beta: a large beta (a strong KL penalty) must keep the "
-         "policy near the reference", _frontier_times_beta),
-    Slip("the optimum tilts the reference: pi*(y) is proportional to pi_ref(y) exp(r(y) / "
-         "beta), not to exp(r(y) / beta) alone", _frontier_no_reference),
+    Slip("your optimum moves away from the reference as beta grows: a large beta (a strong KL "
+         "penalty) must keep the policy near the reference", _frontier_times_beta),
+    Slip("your optimum ignores the reference policy: the KL term ties pi* to pi_ref, so pi_ref "
+         "must appear in it (redo the stationarity condition with the KL's log pi_ref term)",
+         _frontier_no_reference),
     Slip("the KL is KL(pi* || pi_ref), an expectation under the optimal policy, not under the "
          "reference", _frontier_reverse_kl),
     Slip("the reward is the optimal policy's expected reward, which changes with beta",
          _frontier_reference_reward),
-    Slip("exp(r / beta) overflows for a small beta: normalise in log space (a log-softmax, or "
-         "subtract the largest exponent before exp)", _frontier_naive_exp),
+    Slip("an exponential overflows for a small beta (inf / inf is NaN): rearrange the "
+         "computation so that no intermediate value leaves the float range", _frontier_naive_exp),
 )
 
 
