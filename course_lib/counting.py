@@ -254,13 +254,12 @@ SHARDED: dict[str, tuple[str, ...]] = {
 def training_state_bytes(n_params: int, n_gpus: int, scheme: str, n_replicated: int = 0) -> int:
     r"""Bytes of training state (weights, gradients, Adam) that one GPU holds, mixed precision.
 
-    Taught in chapter 5, section 8 (its exercise 11 works the counts out). A state that is split
-    is cut into ``n_gpus`` equal shards of ``ceil(n_params / n_gpus)`` parameters (a flat buffer
-    padded to a multiple of ``n_gpus``, as ZeRO and FSDP do); the others are held whole on every
-    GPU. ZeRO splits flat buffers of every parameter. Tensor parallelism splits the weight
-    matrices; the ``n_replicated`` parameters outside them (LayerNorms, the biases added after a
-    row-parallel product) every GPU holds whole. Activations, buffers and fragmentation are not
-    counted.
+    Taught in chapter 5, section 8. A state that is split is cut into ``n_gpus`` equal shards
+    of ``ceil(n_params / n_gpus)`` parameters (a flat buffer padded to a multiple of ``n_gpus``,
+    as ZeRO and FSDP do); the others are held whole on every GPU. ZeRO splits flat buffers of
+    every parameter. Tensor parallelism splits the weight matrices; the ``n_replicated``
+    parameters outside them (LayerNorms, the biases added after a row-parallel product) every
+    GPU holds whole. Activations, buffers and fragmentation are not counted.
 
     Example:
         >>> zero1 = training_state_bytes(7_500_000_000, 64, "zero1")

@@ -18,7 +18,7 @@ and found the compute-optimal model to grow as :math:`N_{opt} \propto C^{0.73}`,
 .. math:: L(N, D) = E + \frac{A}{N^\alpha} + \frac{B}{D^\beta}
 
 (:func:`chinchilla_loss`; their approach 3: :data:`CHINCHILLA`), with its minimum under
-:math:`C = 6ND` (:func:`compute_optimal`; chapter 5's exercise 6 derives it), and found
+:math:`C = 6ND` (:func:`compute_optimal`), and found
 :math:`N_{opt} \propto C^a` with :math:`a \approx 0.5` with all three of their approaches.
 Besiroglu et al. (2024) refitted approach 3 on data reconstructed from the paper's figure and
 found the published parameters neither fit that data well nor agree with the paper's other
@@ -211,8 +211,7 @@ def compute_optimal(flops: float, E: float = CHINCHILLA.E, A: float = CHINCHILLA
                     beta: float = CHINCHILLA.beta) -> tuple[float, float]:
     r"""The ``(N, D)`` that minimise :math:`E + A/N^\alpha + B/D^\beta` under :math:`6ND = C`.
 
-    Chapter 5's exercise 6 derives it. ``E`` does not move the optimum (it is accepted for a
-    uniform signature).
+    ``E`` does not move the optimum (it is accepted for a uniform signature).
 
     Example:
         >>> n, d = compute_optimal(5.76e23)  # Gopher's budget, with the approach-3 parameters
