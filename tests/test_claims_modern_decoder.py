@@ -90,9 +90,9 @@ def test_llama3_cache_budget_and_the_small_models_cache(built_book: Path) -> Non
 
 def test_rolling_cache_is_constant_and_the_reach_is_exact(built_book: Path) -> None:
     """Section 5: "without a window the cache grows ... to X bytes after 64; with a window of 16
-    it reaches Y bytes at the 16th token and stays there"; "changing any of the 14 tokens before
-    the last changes its logits (by at least Z); changing a token further back changes them by
-    0, exactly nothing"."""
+    it reaches Y bytes at the 16th token and stays there"; after section 8 ("Exercises 4 and 5,
+    measured"): "changing any of the 14 tokens before the last changes its logits (by at least Z);
+    changing a token further back changes them by 0, exactly nothing"."""
     assert value("ch7_full_cache_end") == 32_768  # 2 layers x 2 heads x 16 x 64 x 2 x 4 bytes
     assert value("ch7_window_cache_at_16") == value("ch7_window_cache_end") == 8_192
     assert value("ch7_reach") == 14
@@ -137,8 +137,11 @@ def test_speculative_decoding(built_book: Path) -> None:
 def test_the_ladder(built_book: Path) -> None:
     """Section 8: "after 600 steps the learned-position rung was G nats behind the RoPE rung (X
     against Y), and it was still falling faster: over its last 100 steps by A, RoPE's by B";
-    "after 2400 steps rotary positions still make the largest difference at this scale, but a
-    smaller one ... a lead of L nats, F of the lead after 600 steps"; "the rest has not closed:
+    the figure cell's printed line "RoPE's lead over learned positions: G after 600 steps, L after
+    2400, F of the 600-step lead" (glued as ch7_ladder_gap and ch7_ladder_gap_fraction; the prose
+    points at the line, exercise 8's answer, and does not fill it in) and the figure's alt text
+    (gpt and rope means); "rotary positions still make the largest difference at this scale";
+    "the part that stays has not closed yet:
     over the last 200 steps the learned-position rung fell by C and the RoPE rung by D";
     "RMSNorm changes nothing the seeds can tell apart"; "SwiGLU at equal parameters lowers the
     loss ..., the second-largest step"; "grouped-query attention ... no cost the seeds can show";

@@ -504,7 +504,7 @@ _ROUTE_SLIPS = (
 )
 
 
-# 7. speculative_accept ------------------------------------------------------------------------
+# 6. speculative_accept: the accept/resample step ----------------------------------------------
 
 
 def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
