@@ -429,6 +429,8 @@ MORE: dict[str, Placed] = {
     "longrange.RecallBatch.to": Placed(lambda: (
         longrange.make_recall_batch(b._recall(), 2, _gen()).to, {"device": "cpu"})),
     "data.pad_sequences": Placed(_call(data.pad_sequences, seqs=[[1, 2], [3]]), creates=True),
+    "seq2seq.offset_attention": Placed(_call(seq2seq.offset_attention, offset=2, n=10),
+                                       creates=True),
     "data.collate": Placed(lambda: (data.collate, dict(zip(
         ("src_vocab", "tgt_vocab", "pairs"), _date_data()))), creates=True),
     "data.Seq2SeqDataset.collate": Placed(_dataset_collate, creates=True),
@@ -722,7 +724,7 @@ EXCLUDED: dict[str, str] = {
         data.ReorderTaskConfig data.Batch data.Vocab data.Seq2SeqDataset finetune.BaseRecipe
         finetune.FinetuneConfig finetune.ForgettingConfig flops.Throughput flops.RunCost
         gpt.GPTConfig longrange.RecallConfig longrange.RecallBatch
-        longrange.TrainConfig reasoning.ReasoningConfig rl.GRPOConfig scaling.ChinchillaFit
+        longrange.TrainConfig scaling.ChinchillaFit
         scaling.PowerLawFit scaling.IsoFlopMinimum seq2seq.Seq2SeqConfig sweep.RunConfig
         training.TrainConfig training.History transformer.TransformerConfig bpe.Tokenizer
         """), _RECORD),
@@ -748,17 +750,12 @@ EXCLUDED: dict[str, str] = {
         finetune.base_config finetune.word_problem finetune.word_problems finetune.method_names
         flops.forward_flops_per_token flops.training_flops flops.gpt_matmul_flops flops.mfu
         flops.run_cost gpt.generation_cost gpt.gpt_params gpt.bits_per_byte
-        llama.swiglu_width lora.gpt_lora_parameters reasoning.clipped_chain
-        reasoning.make_problem reasoning.format_problem reasoning.format_target
-        reasoning.answer_of reasoning.final_answer reasoning.correctness_reward
-        reasoning.format_reward reasoning.majority_vote
-        reasoning.mean_and_se reasoning.encode reasoning.decode reasoning.held_out_problems
-        rl.correct_counts rl.pass_at_1_and_se rl.summary scaling.kaplan_loss_n
+        lora.gpt_lora_parameters scaling.kaplan_loss_n
         scaling.kaplan_loss_d scaling.kaplan_loss_nd scaling.kaplan_loss_c
         scaling.kaplan_optimal_n scaling.ChinchillaFit.compute_optimal sweep.non_embedding_params
         sweep.learning_rate sweep.make_run sweep.sweep_configs sweep.lr_at training.History.last
         training.lr_at utils.quick_mode utils.pick decoding.beam_search_cost
-        seq2seq.collision_loss_bound
+        seq2seq.collision_loss_bound bpe.run_tokens checks.check_sequence
         """), _PYTHON),
     "scaling.chinchilla_objective": "numpy arrays in and out: the fit runs in numpy on the CPU",
     "scaling.ChinchillaFit.loss": "numpy arrays in and out: the fitted law evaluated in numpy",
@@ -766,7 +763,7 @@ EXCLUDED: dict[str, str] = {
         arithmetic.results_path arithmetic.load_results corpus.shakespeare_path
         corpus.load_shakespeare
         finetune.load_forgetting finetune.save_json_xz finetune.load_json_xz finetune.load_runs
-        llama.load_runs reasoning.load_results sweep.write_csv sweep.read_csv
+        sweep.write_csv sweep.read_csv
         """), _FILE),
     **dict.fromkeys(_names("""
         arithmetic.run copying.compare_copying finetune.compare_methods finetune.forgetting_runs
