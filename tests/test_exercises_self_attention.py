@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,6 +145,26 @@ def test_another_form_of_the_variance_passes() -> None:
         return d_k * (var_q * var_k + var_q * mean_k ** 2 + mean_q ** 2 * var_k)
 
     assert _failures("score_variance", expanded) == ""
+
+
+def test_the_variance_is_a_number_numpy_scalars_included_not_a_tensor() -> None:
+    """The statement asks for a number, not a tensor (it no longer says "a Python float")."""
+    def expanded(d_k, var_q=1.0, var_k=1.0, mean_q=0.0, mean_k=0.0):
+        return d_k * (var_q * var_k + var_q * mean_k ** 2 + mean_q ** 2 * var_k)
+
+    def as_float32(*args, **kwargs):
+        return np.float32(expanded(*args, **kwargs))
+
+    def as_tensor(*args, **kwargs):
+        return torch.tensor(expanded(*args, **kwargs), dtype=torch.float64)
+
+    statement = _statement("score_variance")
+    assert "Python `float`" not in statement and "a number (not a tensor)" in statement
+    run_visible_tests(SLUG, "score_variance", as_float32)
+    assert _failures("score_variance", as_float32) == ""
+    with pytest.raises(AssertionError, match="return a number, not a tensor"):
+        run_visible_tests(SLUG, "score_variance", as_tensor)
+    assert "expected a number" in _failures("score_variance", as_tensor)
 
 
 def _given_cache_step() -> Callable[..., Any]:
