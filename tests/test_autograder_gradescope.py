@@ -699,3 +699,37 @@ def test_setup_sh_into_a_fresh_venv_then_run_autograder(gradescope_zip: Path, ex
         fname, data = subs[name]
         results = run_gradescope(gradescope_zip, tmp_path, name, fname, data, venv)
         check_against(name, results, grades[name], chapter_spec)
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("platform-gradescope")
+def test_the_fallback_runner_grades_a_memory_rule(tmp_path: Path) -> None:
+    """In Gradescope's container (no CAP_SYS_RESOURCE: the grader cannot prlimit the student's
+    uid) the memory probe's limit is set by the sandbox's runner on itself before any student
+    code runs: chapter 8's solution earns every point, and the answer that forms B A (with the
+    in-kernel meter off, tests/adversarial/memory.py) loses lora_forward in the rule's words."""
+    import nbformat
+
+    from autograder.cli import main
+    from autograder.gradescope import total_score
+    from tests.adversarial import memory
+
+    chapter = find_chapter("08-fine-tuning")
+    assert main(["gradescope", chapter.slug, "--out", str(tmp_path / "zip"),
+                 "--allow-dirty"]) == 0
+    zip_path = tmp_path / "zip" / f"{chapter.slug}-gradescope.zip"
+    source = chapter.source.read_bytes()
+    solved = run_gradescope(zip_path, tmp_path, "solution", chapter.source.name, source,
+                            Path(sys.prefix))
+    assert solved["extra_data"]["runner"] == "fallback"
+    assert total_score(solved) == solved["extra_data"]["max_total"], solved["tests"]
+    nb = nbformat.reads(source.decode(), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "lora_forward":
+            cell.source = memory.NAIVE["fine_tuning.lora_forward"]
+    naive = run_gradescope(zip_path, tmp_path, "naive", chapter.source.name,
+                           nbformat.writes(nb).encode(), Path(sys.prefix))
+    lora = next(t for t in naive["tests"] if t["name"] == "lora_forward")
+    assert lora["score"] == 0 and "more memory than" in lora["output"], lora
+    assert total_score(naive) == total_score(solved) - lora["max_score"]

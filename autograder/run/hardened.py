@@ -258,7 +258,11 @@ class _Run:
             if not load["ok"]:
                 return f"the memory probe could not be prepared: {load['error']}"
             baseline = box.memory_in_use()
-            if not box.limit_memory(probe.budget_bytes + slack, baseline):
+            limited = box.limit_memory(probe.budget_bytes + slack, baseline)
+            if not limited:  # no prlimit from here (no CAP_SYS_RESOURCE): the runner, before
+                limited = box.limit_memory_from_runner(  # any student code, lowers its own
+                    probe.budget_bytes + slack, self.limits.cell_timeout)
+            if not limited:
                 return ("the grader could not limit the sandbox's memory here, so the memory rule "
                         "could not be graded (ask your instructor)")
             for cell in cells:

@@ -454,6 +454,29 @@ class Sandbox:
                 continue
         return done
 
+    def limit_memory_from_runner(self, extra_bytes: int, timeout: float) -> list[str]:
+        """Where this process may not ``prlimit`` the sandbox's processes (a container without
+        ``CAP_SYS_RESOURCE``, whose student uid is not this process's: the fallback runner in
+        Gradescope's or PrairieLearn's container), the sandbox's runner lowers its own address
+        space limit, soft and hard, to its size plus ``extra_bytes``. Call it only before any
+        student code has run in this sandbox: from then on the kernel holds every process of the
+        sandbox to it (children inherit it, and an unprivileged process cannot raise a hard
+        limit). Checked from here in ``/proc/<pid>/limits``; returns what was limited (empty:
+        nothing, the caller must not grade)."""
+        extra = int(extra_bytes)
+        code = ("import resource as _r\n"
+                "with open('/proc/self/status') as _f:\n"
+                "    _vm = next(int(l.split()[1]) * 1024 for l in _f if l.startswith('VmSize:'))\n"
+                f"_r.setrlimit(_r.RLIMIT_AS, (_vm + {extra}, _vm + {extra}))\n"
+                "del _r, _f, _vm\n")
+        self.run("cell", code, timeout)
+        done = []
+        for pid in self.processes():
+            size, hard = _vm_size(pid), _address_space_limit(pid)
+            if size > 0 and hard is not None and hard <= size + extra_bytes + (64 << 20):
+                done.append(f"address space of {pid} (lowered by the runner itself)")
+        return done
+
     def memory_peak(self) -> int | None:
         """Bytes: the most memory the sandbox's processes held together since it started or
         since :meth:`reset_memory_peak`; None without a memory cgroup (or where the kernel
@@ -503,6 +526,20 @@ def _vm_size(pid: int) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def _address_space_limit(pid: int) -> int | None:
+    """The hard ``RLIMIT_AS`` of ``pid`` in bytes, from ``/proc/<pid>/limits``; None when
+    unlimited or unreadable."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max address space"):
+                    hard = line.split()[4]
+                    return None if hard == "unlimited" else int(hard)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _death_reason(code: int | None) -> str:
