@@ -1111,18 +1111,12 @@ CASES: dict[str, Entry] = {
          "x_query": ("0d", "extra_dim"),
          "predictions": (Custom("misshapen", lambda p: {"h=1": torch.zeros(3)}),),
          "y_train": ("0d",), "truth": (Custom("misshapen", lambda _: torch.zeros(3)),)}),
-    "dpo.implicit_rewards": Entry(
-        lambda: (dpo.implicit_rewards, _dpo_logprobs()),
+    **{f"dpo.{fn.__name__}": Entry(
+        (lambda fn=fn: (fn, _dpo_logprobs())),
         {"policy_chosen+policy_rejected+reference_chosen+reference_rejected":
             ("empty_batch", "int"),
          "policy_chosen": ("0d", "float64", "list"), "reference_rejected": ("extra_dim",),
-         "beta": ("nan", "zero")}),
-    "dpo.dpo_pair_weights": Entry(
-        lambda: (dpo.dpo_pair_weights, _dpo_logprobs()),
-        {"policy_chosen+policy_rejected+reference_chosen+reference_rejected":
-            ("empty_batch", "int"),
-         "policy_chosen": ("0d", "float64", "list"), "reference_rejected": ("extra_dim",),
-         "beta": ("nan", "zero")}),
+         "beta": ("nan", "zero")}) for fn in (dpo.implicit_rewards, dpo.dpo_pair_weights)},
     "dpo.kl_regularised_optimum": Entry(
         lambda: (dpo.kl_regularised_optimum, {"reference_probs": torch.tensor([0.2, 0.3, 0.5]),
                                               "rewards": torch.tensor([1.0, 0.0, -1.0]),
