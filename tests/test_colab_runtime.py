@@ -3,11 +3,13 @@
 Colab's runtime (googlecolab/backend-info, since 2026-08-25): Python 3.13 with torch 2.11.0,
 numpy 2.1.3, matplotlib 3.10.0, scipy 1.16.3, IPython 7.34.0 and ipykernel 6.17.1. The test
 builds that runtime once per machine as a virtualenv of the machine's Python 3.13 (pyenv's, or
-``COLAB_PYTHON``) under ``_build/colab-runtime/<key>/``, ``<key>`` hashing the interpreter's version
-and the pins (a stamp file marks it complete, so later runs reuse it). Its wheels, about 3 GB with
-torch's CUDA libraries, are downloaded from the package index into ``_build/colab-wheels/`` when
-missing and installed from there (``--no-index --find-links``). ``COURSE_COLAB_CACHE`` names
-another folder for both (one outside the clone survives a fresh clone).
+``COLAB_PYTHON``) under ``<cache>/colab-runtime/<key>/``, ``<key>`` hashing the interpreter's
+version and the pins (a stamp file marks it complete, so later runs reuse it). Its wheels, about 3
+GB with torch's CUDA libraries, are downloaded from the package index into ``<cache>/colab-wheels/``
+when missing and installed from there (``--no-index --find-links``). ``<cache>`` is the user's cache
+folder, ``$XDG_CACHE_HOME/attention-course`` (``~/.cache/attention-course``), outside the clone, so
+a fresh clone on the same machine reuses the runtime as pip reuses its cache; ``COURSE_COLAB_CACHE``
+names another folder.
 
 Nothing else is preinstalled: ``course_lib``'s other dependencies (tqdm, regex) come in only
 through its own declaration in pyproject.toml, so a dependency it forgets to declare fails here.
@@ -51,9 +53,10 @@ SLUGS = chapter_slugs()
 COLAB_PYTHON = "3.13"
 COLAB_PINS = ("torch==2.11.0", "numpy==2.1.3", "matplotlib==3.10.0", "scipy==1.16.3",
               "ipython==7.34.0", "ipykernel==6.17.1")
-#: Where the wheels and the built runtime are kept: the build folder, or ``COURSE_COLAB_CACHE``
-#: (a folder outside the clone keeps them across fresh clones on one machine, as CI makes).
-CACHE = Path(os.environ.get("COURSE_COLAB_CACHE") or ROOT / "_build")
+#: Where the wheels and the built runtime are kept: ``COURSE_COLAB_CACHE``, else the user's cache
+#: folder (outside the clone: fresh clones on one machine share them).
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+CACHE = Path(os.environ.get("COURSE_COLAB_CACHE") or USER_CACHE / "attention-course")
 WHEELS = CACHE / "colab-wheels"
 RUNTIMES = CACHE / "colab-runtime"
 KERNEL = "colab-runtime"
