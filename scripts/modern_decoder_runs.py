@@ -30,12 +30,31 @@ shards into the file under ``"long"`` (about 2 minutes a run on one quiet thread
     for i in 0 1; do nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py --long \
         --shard $i 2 --out long$i.json.xz & done; wait
     .venv/bin/python scripts/modern_decoder_runs.py --merge long0.json.xz long1.json.xz
+
+The equal-time ladder (chapter 7, section 8 and exercise 8): ``--cost FILE`` measures the CPU
+time of one training step of each configuration (``time.process_time``, one thread,
+``COST_ROUNDS`` rounds of ``COST_STEPS`` steps of every configuration in turn, the median of the
+rounds); ``--equal-time FILE --budget S`` then gives every run ``round(S / cost)`` steps of its
+configuration, so that at the measured costs every run trains for the same time, with the
+warm-up and the cosine decay laid over its own steps and the validation loss after every twelfth
+of them; ``--runs NAME:SEED ...`` makes some of the runs (several processes or machines), and
+``--merge-equal-time`` puts the outputs and the cost file into the file under
+``"equal_time"``::
+
+    nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py --cost cost.json
+    nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py --equal-time cost.json \
+        --budget 120 --out equal.json.xz
+    .venv/bin/python scripts/modern_decoder_runs.py --equal-time cost.json \
+        --merge-equal-time equal.json.xz
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import platform
 import sys
 import time
 from dataclasses import asdict, replace
@@ -63,11 +82,20 @@ LONG_STEPS = 2400  # the ladder's long runs (--long): four times the steps, to n
 LONG_EVAL_EVERY = 200
 POSITION_WINDOWS = 256  # validation windows of 512 characters for the loss per position
 AUX_COEF = 0.01
+COST_ROUNDS = 5  # --cost: rounds of COST_STEPS steps of every configuration, interleaved
+COST_STEPS = 40
+EQUAL_BUDGET = 120.0  # --equal-time: CPU seconds of training steps per run (the cost's machine)
+EQUAL_POINTS = 12  # --equal-time: the validation loss after every twelfth of a run's steps
 COMMAND = "nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py"
 LONG_COMMAND = ("for i in 0 1; do nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py "
                 "--long "
                 "--shard $i 2 --out long$i.json.xz & done; wait; .venv/bin/python "
                 "scripts/modern_decoder_runs.py --merge long0.json.xz long1.json.xz")
+EQUAL_COMMAND = ("nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py --cost cost.json; "
+                 "nice -n 10 .venv/bin/python scripts/modern_decoder_runs.py "
+                 "--equal-time cost.json --budget 120 --out equal.json.xz; "
+                 ".venv/bin/python scripts/modern_decoder_runs.py "
+                 "--equal-time cost.json --merge-equal-time equal.json.xz")
 
 BASE = llama.LlamaConfig(vocab_size=83, hidden_size=64, intermediate_size=256,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
@@ -88,6 +116,8 @@ EXTRA = {
     "moe-no-balance": replace(RUNGS["+gqa"], num_local_experts=4, num_experts_per_tok=2,
                               intermediate_size=96),
 }
+EQUAL_JOBS = ([(name, seed) for name in RUNGS for seed in SEEDS]
+              + [("sinusoidal", seed) for seed in SEEDS[:2]])  # the long and equal-time ladders
 
 
 def non_embedding_params(model: llama.LlamaForCausalLM) -> int:
@@ -150,7 +180,16 @@ def _rescaled(model: llama.LlamaForCausalLM, scale: float) -> llama.LlamaForCaus
 
 def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tensor,
           val: torch.Tensor, steps: int, eval_every: int = 100,
-          by_position: bool = False) -> dict:
+          by_position: bool = False, eval_points: int | None = None) -> dict:
+    """One run: ``steps`` steps with the warm-up and a cosine decay laid over them; its row
+    records, besides the losses, its wall time and the CPU time of its training steps alone
+    (``train_cpu_seconds``, ``time.process_time``, evaluations excluded). The validation loss
+    is taken every ``eval_every`` steps and at the last, or, with ``eval_points``, after each
+    ``eval_points``-th of the steps (the same fractions of the run for every rung)."""
+    if eval_points:
+        at = {round(steps * k / eval_points) for k in range(1, eval_points + 1)}
+    else:
+        at = {s for s in range(eval_every, steps + 1, eval_every)} | {steps}
     torch.manual_seed(seed)
     model = llama.LlamaForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
@@ -158,7 +197,9 @@ def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tens
     aux = AUX_COEF if name == "moe" else 0.0
     curve = []
     start = time.perf_counter()
+    cpu = 0.0  # the CPU time of the training steps, evaluations excluded
     for step in range(steps):
+        tick = time.process_time()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps)
         x, y = random_windows(train_ids, CONTEXT, BATCH, generator=batches)
@@ -170,11 +211,13 @@ def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if (step + 1) % eval_every == 0 or step == steps - 1:
+        cpu += time.process_time() - tick
+        if step + 1 in at:
             curve.append([step + 1, evaluate(model, val, CONTEXT)])
     seconds = time.perf_counter() - start
     row = {"name": name, "seed": seed, "config": asdict(config), "steps": steps,
-           "seconds": seconds, "non_embedding_params": non_embedding_params(model),
+           "seconds": seconds, "train_cpu_seconds": cpu,
+           "non_embedding_params": non_embedding_params(model),
            "params": llama.num_params(model), "curve": curve,
            "val_loss": {str(c): evaluate(model, val, c) for c in EVAL_CONTEXTS}}
     if by_position:
@@ -196,6 +239,59 @@ def train(name: str, config: llama.LlamaConfig, seed: int, train_ids: torch.Tens
     return row
 
 
+def measure_cost(train_ids: torch.Tensor, rounds: int = COST_ROUNDS,
+                 steps: int = COST_STEPS) -> dict:
+    """The CPU time of one training step (``time.process_time``, one thread) of each ladder
+    configuration: ``rounds`` rounds in which every configuration runs ``steps`` steps in turn
+    (the order rotated each round, so a change of the machine's load falls on all of them), after
+    5 steps of warm-up each; the cost of a configuration is its median over the rounds."""
+    configs = {name: ({**RUNGS, **EXTRA})[name] for name in dict.fromkeys(n for n, _ in EQUAL_JOBS)}
+    state = {}
+    for name, config in configs.items():
+        torch.manual_seed(0)
+        model = llama.LlamaForCausalLM(config)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
+        state[name] = (model, opt, torch.Generator().manual_seed(1000))
+
+    def run(name: str, n: int) -> float:
+        model, opt, batches = state[name]
+        start = time.process_time()
+        for _ in range(n):
+            x, y = random_windows(train_ids, CONTEXT, BATCH, generator=batches)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        return (time.process_time() - start) / n
+
+    for name in configs:
+        run(name, 5)
+    names = list(configs)
+    per_round = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            per_round[name].append(run(name, steps))
+    cost = {name: sorted(v)[len(v) // 2] for name, v in per_round.items()}
+    return {"cost": cost, "rounds": per_round, "steps_per_round": steps,
+            "torch": torch.__version__, "machine": _machine(), "load": list(os.getloadavg())}
+
+
+def _machine() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def equal_steps(cost: dict[str, float], budget: float = EQUAL_BUDGET) -> dict[str, int]:
+    """Each configuration's step count: the budget (CPU seconds) over its measured step cost."""
+    return {name: int(round(budget / c)) for name, c in cost.items()}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=STEPS, help="fewer steps (smoke runs)")
@@ -208,13 +304,55 @@ def main(argv: list[str] | None = None) -> dict:
                         help="--long: make only the I-th of every N runs (to use two processes)")
     parser.add_argument("--merge", type=Path, nargs="+", default=None,
                         help="put the runs of these --long outputs into --out under 'long'")
+    parser.add_argument("--cost", type=Path, default=None,
+                        help="measure each configuration's CPU time per step, write it here")
+    parser.add_argument("--equal-time", type=Path, default=None, metavar="COST",
+                        help="the equal-time ladder: every run gets --budget CPU seconds of steps "
+                             "at the step costs of this --cost file")
+    parser.add_argument("--budget", type=float, default=EQUAL_BUDGET)
+    parser.add_argument("--runs", nargs="+", default=None, metavar="NAME:SEED",
+                        help="--equal-time: make only these runs (default: all)")
+    parser.add_argument("--merge-equal-time", type=Path, nargs="+", default=None,
+                        help="put the runs of these --equal-time outputs into --out under "
+                             "'equal_time' (with the --cost file given by --equal-time)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.merge:
         return merge_long(args.merge, args.out)
+    if args.merge_equal_time:
+        return merge_equal_time(args.merge_equal_time, args.equal_time, args.out)
     train_ids, val, vocab = char_data()
     assert vocab == BASE.vocab_size
     start = time.perf_counter()
+    if args.cost:
+        cost = measure_cost(train_ids, steps=COST_STEPS if args.steps == STEPS else args.steps)
+        cost["command"] = " ".join(["python3", "scripts/modern_decoder_runs.py", *sys.argv[1:]])
+        args.cost.write_text(json.dumps(cost, indent=1) + "\n")
+        for name, c in cost["cost"].items():
+            print(f"{name:>12}: {1000 * c:.1f} ms a step, {equal_steps(cost['cost'])[name]} steps "
+                  f"in {EQUAL_BUDGET:.0f} s")
+        return cost
+    if args.equal_time:
+        cost = json.loads(args.equal_time.read_text())
+        steps = equal_steps(cost["cost"], args.budget)
+        if args.steps != STEPS:  # smoke runs: the same proportions, fewer steps
+            top = max(steps.values())
+            steps = {n: max(2, round(args.steps * s / top)) for n, s in steps.items()}
+        jobs = EQUAL_JOBS if args.runs is None else [
+            (run.rsplit(":", 1)[0], int(run.rsplit(":", 1)[1])) for run in args.runs]
+        configs = {**RUNGS, **EXTRA}
+        part = {"budget": args.budget, "steps": steps, "runs": [], "torch": torch.__version__,
+                "machine": _machine(), "load_start": list(os.getloadavg())}
+        for name, seed in jobs:  # saved after every run: a run cut short loses only itself
+            part["runs"].append(train(name, configs[name], seed, train_ids, val, steps[name],
+                                      by_position=True, eval_points=EQUAL_POINTS))
+            part["seconds"] = time.perf_counter() - start
+            part["load_end"] = list(os.getloadavg())
+            partial = args.out.with_name(args.out.name + ".partial")
+            save_json_xz(part, partial)
+            os.replace(partial, args.out)  # a run killed while saving leaves the last file whole
+        print(f"wrote {args.out}; {time.perf_counter() - start:.0f} s")
+        return part
     if args.long:
         steps = LONG_STEPS if args.steps == STEPS else args.steps
         jobs = [(name, cfg, seed) for name, cfg in RUNGS.items() for seed in SEEDS]
@@ -268,6 +406,40 @@ def merge_long(parts: list[Path], out: Path) -> dict:
                        "shard_seconds": [s["seconds"] for s in shards]}
     save_json_xz(results, out)
     print(f"merged {len(runs)} long runs into {out}")
+    return results
+
+
+def merge_equal_time(parts: list[Path], cost_path: Path, out: Path) -> dict:
+    """The runs of ``--equal-time`` outputs, in the order of EQUAL_JOBS, under
+    ``results["equal_time"]``, with the step costs that set their step counts. A run made in
+    more than one output is taken from the first output that has it; each run records where it
+    ran (``machine``, ``torch``: its output's)."""
+    shards = [llama.load_runs(p) for p in parts]
+    cost = json.loads(cost_path.read_text())
+    assert len({s["budget"] for s in shards}) == 1
+    budget = shards[0]["budget"]
+    steps = equal_steps(cost["cost"], budget)
+    chosen: dict[tuple[str, int], dict] = {}
+    used: list[list[list]] = []
+    for shard in shards:
+        used.append([])
+        for run in shard["runs"]:
+            key = (run["name"], run["seed"])
+            if key not in chosen:
+                assert run["steps"] == steps[run["name"]], key
+                chosen[key] = {**run, "machine": shard["machine"], "torch": shard["torch"]}
+                used[-1].append(list(key))
+    assert sorted(chosen, key=EQUAL_JOBS.index) == list(EQUAL_JOBS), "runs missing"
+    results = llama.load_runs(out)
+    results["equal_time"] = {
+        "command": EQUAL_COMMAND, "budget": budget, "cost": cost, "steps": steps,
+        "eval_points": EQUAL_POINTS, "position_windows": POSITION_WINDOWS,
+        "runs": [chosen[job] for job in EQUAL_JOBS],
+        "parts": [{**{k: v for k, v in s.items() if k != "runs"}, "file": p.name,
+                   "made": [[r["name"], r["seed"]] for r in s["runs"]], "used": u}
+                  for p, s, u in zip(parts, shards, used)]}
+    save_json_xz(results, out)
+    print(f"merged {len(chosen)} equal-time runs into {out}")
     return results
 
 
