@@ -2,8 +2,11 @@
 
 Run on a machine with CUDA, from the repository root, after `make setup`:
 
-    python scripts/record_gpu_runtimes.py                 # every chapter
-    python scripts/record_gpu_runtimes.py 02-self-attention
+    taskset -c 0,1 python scripts/record_gpu_runtimes.py                 # every chapter
+    taskset -c 0,1 python scripts/record_gpu_runtimes.py 02-self-attention
+
+(``taskset -c 0,1``: the kernel gets two CPU cores, as on Colab's standard runtimes, so a chapter's
+CPU-side work takes about as long as a student's; runtimes.md says so.)
 
 Each chapter's page notebook (``chapters/NN-slug/slug.ipynb``, the one the website executes) runs
 in full mode with nbclient, as the book build runs it; its wall-clock time, the GPU's name, the
