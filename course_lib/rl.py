@@ -119,6 +119,31 @@ ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "group": group_advantages, "rloo": rloo_advantages, "centred": centred_advantages}
 
 
+# -- a verifier with a loophole (section 3) ----------------------------------------------------
+
+
+def lenient_reward(completion: str, answer: int) -> float:
+    """A flawed verifier: 0.0 when the completion's final answer is wrong, 1.0 otherwise.
+
+    It checks for a wrong answer instead of for the right one, so a completion with no answer
+    at all (:func:`course_lib.reasoning.final_answer` is None: ``"."``, ``",."``) passes.
+    Section 3 trains a policy on it.
+
+    Example:
+        >>> lenient_reward("9,7,8.", 8), lenient_reward("9,7,7.", 8), lenient_reward(".", 8)
+        (1.0, 0.0, 1.0)
+    """
+    check_int("answer", answer)
+    found = reasoning.final_answer(completion)  # refuses a completion that is not a string
+    return float(found is None or found == answer)
+
+
+#: The rewards :class:`GRPOConfig` can name: the verifiers of :mod:`course_lib.reasoning` and
+#: the flawed one above.
+REWARDS: dict[str, Callable[[str, int], float]] = {**reasoning.REWARDS,
+                                                   "lenient": lenient_reward}
+
+
 # -- the loss ----------------------------------------------------------------------------------
 
 
@@ -400,7 +425,7 @@ class GRPOConfig:
     clip_eps: float | None = 0.2  # None: no clipping (an ablation)
     beta: float = 0.04  # weight of the k3 KL to the reference
     temperature: float = 1.0
-    reward: Literal["correct", "format"] = "correct"  # a key of reasoning.REWARDS
+    reward: Literal["correct", "format", "lenient"] = "correct"  # a key of REWARDS
     advantage: Literal["group", "rloo", "centred"] = "group"  # ADVANTAGES' ("centred": no std)
     level: Literal["token", "sequence"] = "token"  # grpo_loss's averaging
     seed: int = 0
@@ -416,7 +441,7 @@ class GRPOConfig:
                              f"{self.clip_eps}")
         if check_finite("beta", self.beta) < 0:
             raise ValueError(f"beta must be at least 0, got {self.beta}")
-        for name, allowed in (("reward", tuple(reasoning.REWARDS)),
+        for name, allowed in (("reward", tuple(REWARDS)),
                               ("advantage", tuple(ADVANTAGES)), ("level", ("token", "sequence"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got "
@@ -429,8 +454,13 @@ class GRPOConfig:
 
 
 def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
-               progress: bool = False) -> dict[str, list[float]]:
+               progress: bool = False,
+               on_step: Callable[[int, gpt.GPT], None] | None = None,
+               ) -> dict[str, list[float]]:
     """Train ``policy`` in place with GRPO; ``reference`` stays frozen.
+
+    ``on_step(step, policy)``, if given, is called after each step (``step`` from 1), for
+    measurements during training (its time is not counted in ``seconds``).
 
     Returns, per step: ``reward`` (the mean reward trained on), ``correct`` (the share of right
     answers among the rollouts, whatever the reward), ``format``, ``kl`` (k3 per response
@@ -442,11 +472,14 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
 
     if not isinstance(config, GRPOConfig):
         raise TypeError(f"config must be a GRPOConfig, got {type(config).__name__}")
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a function of (step, policy) or None, got "
+                        f"{type(on_step).__name__}")
     if reference.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"reference must share the policy's vocabulary, got "
                          f"{reference.config.vocab_size} tokens against "
                          f"{policy.config.vocab_size}")
-    reward_fn = reasoning.REWARDS[config.reward]
+    reward_fn = REWARDS[config.reward]
     advantage_fn = ADVANTAGES[config.advantage]
     device = next(policy.parameters()).device
     rng = random.Random(config.seed)
@@ -455,8 +488,8 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=0.0)
     history: dict[str, list[float]] = {key: [] for key in (
         "reward", "correct", "format", "kl", "length", "clipped", "zero_groups", "entropy")}
-    start = time.perf_counter()
-    for _ in tqdm(range(config.steps), disable=not progress, desc="GRPO"):
+    start, outside = time.perf_counter(), 0.0
+    for step in tqdm(range(config.steps), disable=not progress, desc="GRPO"):
         problems = [reasoning.make_problem(rng, config.k) for _ in range(config.prompts_per_step)]
         prompts = prompts_of(problems, device).repeat_interleave(config.group_size, 0)
         L = prompts.shape[1]
@@ -493,7 +526,12 @@ def train_grpo(policy: gpt.GPT, reference: gpt.GPT, config: GRPOConfig,
         history["format"].append(sum(map(reasoning.format_reward, texts)) / len(texts))
         history["length"].append(float(mask.sum(1).float().mean()))
         history["zero_groups"].append(float((grouped.std(1) == 0).float().mean()))
-    history["seconds"] = [time.perf_counter() - start]
+        if on_step is not None:
+            paused, mode = time.perf_counter(), policy.training
+            on_step(step + 1, policy)
+            policy.train(mode)
+            outside += time.perf_counter() - paused
+    history["seconds"] = [time.perf_counter() - start - outside]
     return history
 
 
@@ -523,3 +561,16 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
     mean, se = reasoning.mean_and_se(values)
     return {"mean": round(mean, 12), "se": se, "values": list(values),
             "sd": se * math.sqrt(len(values))}
+
+
+def load_runs(part: Literal["hacking", "curves"]) -> dict[str, Any]:
+    """The shipped results of ``scripts/train_reasoning.py --part hacking|curves``
+    (``course_lib/data/reasoning_<part>.json.xz``)."""
+    from course_lib import finetune
+
+    if part not in ("hacking", "curves"):
+        raise ValueError(f"part must be 'hacking' or 'curves', got {part!r}")
+    results: dict[str, Any] = finetune.load_json_xz(
+        reasoning.DATA_DIR / f"reasoning_{part}.json.xz",
+        f"scripts/train_reasoning.py --part {part}")
+    return results

@@ -19,11 +19,24 @@ error over problems) and pass@k; the curves of training and the samples' counts 
 (``beta=0``), the clipping (``clip_eps=None``) or the division by the group's standard deviation
 (``advantage="centred"``, Dr. GRPO's); pass@1 before and after on the held-out problems, and the
 policy's entropy and KL over training, go to ``course_lib/data/reasoning_ablations.json.xz``.
+
+``--part curves`` (section 5's figure over training): for each seed, a starting policy trained
+with that seed (the SFT of ``--part rl``), then GRPO with the correctness reward from it, measured
+every ``--eval-every`` steps on the held-out problems (pass@1, pass@k, the policy's entropy);
+``course_lib/data/reasoning_curves.json.xz``.
+
+``--part hacking`` (section 3): from the shipped starting policy, for each seed, GRPO against
+the flawed verifier :func:`course_lib.rl.lenient_reward`, measured in the same way, with the
+verifier's reward, the share of completions without an answer and a few of them;
+``course_lib/data/reasoning_hacking.json.xz``.
 Provenance, commands and cost: ``course_lib/data/REASONING.md``.
 
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part cot
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part rl
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part ablations
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part curves --seeds 0 1 2 3 4
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part hacking --seeds 0 1 2 3 \
+        --rl-steps 300 --eval-every 25
 """
 
 from __future__ import annotations
@@ -134,9 +147,97 @@ def part_ablations(args: argparse.Namespace) -> dict:
     return out
 
 
+def measure(model, problems, n: int, seed: int, proxy: str | None = None) -> dict:
+    """Held-out pass@1 (standard error over problems), pass@k, and the policy's entropy per
+    response token on the same ``n`` samples per problem; with ``proxy``, that reward's mean
+    and the share of samples without an answer."""
+    device = next(model.parameters()).device
+    k = reasoning.check_problems(problems)
+    prompts = rl.prompts_of(problems, device).repeat_interleave(n, 0)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    tokens = rl.rollouts(model, prompts, 2 * k + 2, generator)
+    L = prompts.shape[1]
+    texts = rl.completions_of(tokens, L)
+    mask = rl.response_mask(tokens, L)
+    answers = [reasoning.final_answer(t) for t in texts]
+    correct = rl.correct_counts([answers[p * n:(p + 1) * n] for p in range(len(problems))],
+                                problems)
+    p1, se = rl.pass_at_1_and_se(correct, n)
+    ks = [m for m in (1, 2, 4, 8, 16, 32, 64) if m <= n]
+    out = {"pass1": p1, "pass1_se": se, "correct": correct,
+           "pass_at_k": {str(m): v for m, v in reasoning.pass_at_k_curve(correct, n, ks).items()},
+           "entropy": rl.response_entropy(model, tokens, L, mask),
+           "length": float(mask.sum(1).float().mean())}
+    if proxy is not None:
+        truth = [reasoning.answer_of(s, c) for s, c in problems for _ in range(n)]
+        out[proxy] = sum(map(rl.REWARDS[proxy], texts, truth)) / len(texts)
+        out["no_answer"] = sum(a is None for a in answers) / len(answers)
+        out["examples"] = [texts[p * n:p * n + 4] for p in range(3)]
+    return out
+
+
+def grpo_with_checkpoints(policy, config: rl.GRPOConfig, problems, args: argparse.Namespace,
+                          proxy: str | None = None) -> dict:
+    """GRPO from ``policy`` (the frozen reference), measured every ``--eval-every`` steps."""
+    def sample_seed(step: int) -> int:
+        return 10_000 * (config.seed + 1) + step
+
+    evals = {"0": measure(policy, problems, args.samples, sample_seed(0), proxy)}
+
+    def on_step(step: int, model) -> None:
+        if step % args.eval_every == 0 or step == config.steps:
+            evals[str(step)] = measure(model, problems, args.samples, sample_seed(step), proxy)
+            print(f"  step {step}: pass@1 {evals[str(step)]['pass1']:.3f}", flush=True)
+
+    trained = copy.deepcopy(policy)
+    history = rl.train_grpo(trained, policy, config, on_step=on_step)
+    return {"seed": config.seed, "history": history, "evals": evals}
+
+
+def part_curves(args: argparse.Namespace) -> dict:
+    """Section 5's figure: for each seed, a starting policy trained with that seed (the SFT of
+    ``--part rl``), then GRPO with the correctness reward from it, measured during training."""
+    grpo = replace(rl.GRPOConfig(), steps=args.rl_steps, lr=args.lr)
+    sft = replace(reasoning.REASONING_CONFIG, steps=args.sft_steps)
+    problems = reasoning.held_out_problems(grpo.k, args.problems, 54321)
+    out: dict = {"sft_config": asdict(sft), "grpo_config": asdict(grpo), "samples": args.samples,
+                 "problems": args.problems, "eval_seed": 54321, "eval_every": args.eval_every,
+                 "runs": {}}
+    shipped = reasoning.load_policy().state_dict()
+    for seed in args.seeds:
+        start = time.perf_counter()
+        policy, _ = reasoning.train_variant(replace(sft, seed=seed), True)
+        sft_seconds = time.perf_counter() - start
+        policy.load_state_dict({k: v.half().float() for k, v in policy.state_dict().items()})
+        run = grpo_with_checkpoints(policy, replace(grpo, seed=seed), problems, args)
+        run["sft_seconds"] = sft_seconds
+        run["shipped_policy_difference"] = max(  # 0 when seed 0 rebuilds the shipped policy
+            float((v - shipped[k]).abs().max()) for k, v in policy.state_dict().items())
+        out["runs"][str(seed)] = run
+        print("seed", seed, "SFT", round(sft_seconds), "s; GRPO",
+              round(run["history"]["seconds"][0]), "s", flush=True)
+    return out
+
+
+def part_hacking(args: argparse.Namespace) -> dict:
+    """Section 3: GRPO from the shipped starting policy with the flawed verifier
+    (``rl.lenient_reward``), the true correctness measured during training."""
+    grpo = replace(rl.GRPOConfig(), steps=args.rl_steps, lr=args.lr, reward="lenient")
+    problems = reasoning.held_out_problems(grpo.k, args.problems, 54321)
+    policy = reasoning.load_policy()
+    out: dict = {"grpo_config": asdict(grpo), "samples": args.samples, "problems": args.problems,
+                 "eval_seed": 54321, "eval_every": args.eval_every, "runs": {}}
+    for seed in args.seeds:
+        out["runs"][str(seed)] = grpo_with_checkpoints(policy, replace(grpo, seed=seed),
+                                                       problems, args, proxy="lenient")
+    out["example_problems"] = [reasoning.format_problem(s, c) for s, c in problems[:3]]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("cot", "rl", "ablations"), required=True)
+    parser.add_argument("--part", required=True,
+                        choices=("cot", "rl", "ablations", "curves", "hacking"))
     parser.add_argument("--steps", type=int, default=3000, help="cot: optimiser steps")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--sft-steps", type=int, default=600)
@@ -145,13 +246,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--problems", type=int, default=200)
     parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--eval-every", type=int, default=20, help="curves, hacking")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: course_lib/data/reasoning_<part>.json.xz")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
     parts = {"cot": lambda: part_cot(args.steps, args.seeds), "rl": lambda: part_rl(args),
-             "ablations": lambda: part_ablations(args)}
+             "ablations": lambda: part_ablations(args), "curves": lambda: part_curves(args),
+             "hacking": lambda: part_hacking(args)}
     results = parts[args.part]()
     results["command"] = ("nice -n 10 .venv/bin/python scripts/train_reasoning.py "
                           + " ".join(argv if argv is not None else sys.argv[1:]))

@@ -1498,8 +1498,14 @@ CASES: dict[str, Entry] = {
                                  "config": rl.GRPOConfig(k=1, steps=1, prompts_per_step=1,
                                                          group_size=2, inner_steps=1)}),
         {"config": ("a_dict",),
-         "reference": (Custom("another_vocabulary", lambda _: _gpt(block_size=16)),)},
+         "reference": (Custom("another_vocabulary", lambda _: _gpt(block_size=16)),),
+         "on_step": (Custom("not_a_function", lambda _: 3),)},
         unchecked={"policy": MODEL, "progress": PROGRESS}),
+    "rl.lenient_reward": Entry(
+        lambda: (rl.lenient_reward, {"completion": "9,7,8.", "answer": 8}),
+        {"completion": (Custom("ids", lambda _: [9, 13, 7]),),
+         "answer": (Custom("a_string", lambda _: "8"), "fraction")}),
+    "rl.load_runs": Entry(lambda: (rl.load_runs, {"part": "hacking"}), {"part": ("bad_option",)}),
     "rl.pass_at_1_and_se": Entry(
         lambda: (rl.pass_at_1_and_se, {"correct": [4, 0, 2], "n": 4}),
         {"correct": ("not_a_sequence", Custom("above_n", lambda _: [5]),

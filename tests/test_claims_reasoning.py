@@ -75,13 +75,49 @@ def test_k3_as_a_loss_gives_the_other_divergences_gradient(built_book: Path) -> 
 def test_the_format_only_reward_leaves_accuracy_where_it_was(built_book: Path) -> None:
     """Section 3: the format reward starts and ends near 1; most groups have equal rewards;
     "pass@1 moves by less than twice its standard error" (the cell prints both with their
-    standard errors; exercise 4's answer, b); "the correctness reward moves it by several
-    points"."""
+    standard errors); "the correctness reward moves it by several points"."""
     assert value("ch9_fmt_reward_first") > 0.95 and value("ch9_fmt_reward_last") > 0.95
     assert value("ch9_fmt_zero_groups") > 0.8  # 0.95
     gap = abs(value("ch9_fmt_pass1_after") - value("ch9_fmt_pass1_before"))  # 0.008
     assert gap < 2 * value("ch9_fmt_pass1_se")  # within noise
     assert value("ch9_rl_gain_min") > 3 * gap
+
+
+def test_grpo_hacks_the_lenient_verifier(built_book: Path) -> None:
+    """Section 3's run against the lenient verifier (reasoning_hacking.json.xz): the starting
+    policy writes a completion without an answer in "fewer than one sample in a thousand"; the
+    lenient reward rises while pass@1 falls by more than 3 points (exercise 4's answer, c); "N of
+    the seeds found the gap": their share without an answer went "to nearly all" and their pass@1
+    "to at most X"; "until a seed finds it ... pass@1 rises" (the best checkpoint of each seed);
+    the advantage of the one rewarded sample of a group of 8 is "(1 - 1/8)/sqrt(1/8) ~ 2.47, the
+    largest a group of 8 can give". The alt text's "on the others it rises and stays up"."""
+    import math
+
+    import torch
+
+    from course_lib import rl
+
+    assert value("ch9_hack_seeds") >= 3 and value("ch9_hack_noanswer_start") < 0.001
+    assert value("ch9_hack_reward_after") > value("ch9_hack_reward_before") + 0.1
+    assert value("ch9_hack_pass1_after") < value("ch9_hack_pass1_before") - 0.03
+    assert value("ch9_hack_found") >= 1
+    runs = rl.load_runs("hacking")["runs"].values()
+    last = str(max(int(s) for s in next(iter(runs))["evals"]))
+    found = [r for r in runs if r["evals"][last]["no_answer"] > 0.5]
+    assert len(found) == value("ch9_hack_found")
+    assert all(r["evals"][last]["no_answer"] > 0.95 for r in found)  # "nearly all"
+    assert value("ch9_hack_found_pass1") < 0.02
+    for r in runs:  # before finding the gap (or all along), pass@1 rises
+        before_found = [e["pass1"] for e in r["evals"].values() if e["no_answer"] < 0.05]
+        assert max(before_found) > r["evals"]["0"]["pass1"] + 0.03
+        if r not in found:  # "rises and stays up"
+            assert r["evals"][last]["pass1"] > r["evals"]["0"]["pass1"] + 0.03
+    assert value("ch9_hack_peak_pass1") > value("ch9_hack_pass1_before") + 0.03
+    assert value("ch9_hack_kl_found") > 10 * value("ch9_hack_kl_others")  # 7.6 against 0.22
+    advantages = [float(rl.group_advantages(torch.tensor([[1.0] * j + [0.0] * (8 - j)]))[0, 0])
+                  for j in range(1, 8)]
+    assert max(advantages) == advantages[0] == pytest.approx((1 - 1 / 8) / math.sqrt(1 / 8))
+    assert round(advantages[0], 2) == 2.47
 
 
 def test_grpo_gradient_is_reinforce(built_book: Path) -> None:
@@ -136,6 +172,42 @@ def test_the_ablations(built_book: Path) -> None:
     assert value("ch9_abl_nokl_p32") < value("ch9_abl_grpo_p32") < value("ch9_abl_before_p32")
     assert value("ch9_abl_clipped") < 0.05  # 0.024
     assert value("ch9_abl_nostd_kl") < value("ch9_abl_grpo_kl")  # .094 against .162
+
+
+def test_grpo_over_training_from_five_starting_policies(built_book: Path) -> None:
+    """Section 5's figure over training (reasoning_curves.json.xz: seeds 0-4, each with its own
+    starting policy, 120 steps, measured every 20): "Every starting policy gains ... between A and
+    B, by G on average with a standard error over the seeds of S"; "most of it comes early (by
+    step 60, X)"; the level "has a larger standard error than the gain"; "the shipped one (seed
+    0) is the weakest" (and is the shipped policy); pass@32 "moves little on average", the four
+    stronger "never below" Y, the shipped one "loses coverage"; the entropy falls, "most of it
+    on the shipped policy". The papers section quotes the gain and its standard error."""
+    from course_lib import rl
+
+    assert value("ch9_curve_seeds") == 5 and value("ch9_curve_half") == 60
+    assert value("ch9_curve_shipped_difference") == 0
+    assert value("ch9_curve_gain_min") > 0  # 0.016 (gains .061 .074 .055 .024 .016)
+    assert value("ch9_curve_gain") > 3 * value("ch9_curve_gain_se")  # .046 +- .011
+    assert value("ch9_curve_gain_half") > 0.5 * value("ch9_curve_gain")  # .042
+    assert min(value("ch9_curve_pass1_start_se"), value("ch9_curve_pass1_end_se")) > \
+        value("ch9_curve_gain_se")  # .054, .047
+    runs = rl.load_runs("curves")["runs"]
+    assert value("ch9_curve_start_min") == runs["0"]["evals"]["0"]["pass1"]  # .386 (to .684)
+    assert abs(value("ch9_curve_p32_end") - value("ch9_curve_p32_start")) < 0.03  # .992 .977
+    assert value("ch9_curve_others_p32_min") > 0.97  # .990
+    assert value("ch9_curve_seed0_p32_end") < value("ch9_curve_seed0_p32_start") - 0.03  # .965 .910
+    drop = value("ch9_curve_entropy_start") - value("ch9_curve_entropy_end")  # .314 -> .288
+    assert drop > 0
+    assert value("ch9_curve_seed0_entropy_drop") > 0.5 * value("ch9_curve_seeds") * drop  # .079
+
+
+def test_the_student_ablations_take_under_a_minute(built_book: Path) -> None:
+    """Section 5's opt-in ablation cell: 40 steps of 16 problems, each "about twice as long as a
+    step of the live run" (8 problems), "well under a minute a run on one thread here, a minute or
+    two for all four" (measured directly: 14.6 and 16.4 s a run, its sampling included, at a
+    load average of 4.5)."""
+    run = 40 * 2 * value("ch9_live_grpo_seconds")  # 0.26 s a step with 8 problems: 21 s
+    assert run < 40 and 4 * run < 150
 
 
 def test_the_chapter_runs_within_its_budget(built_book: Path) -> None:

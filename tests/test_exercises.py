@@ -107,7 +107,7 @@ NOTEBOOK_EXERCISES = {
     "08-fine-tuning": ["answer_only_loss", "lora_forward", "merge_lora", "lora_trainable",
                        "predict_forgetting", "distillation_loss", "kl_frontier", "dpo_loss",
                        "implicit_rewards", "extract_answer"],
-    "09-reasoning": ["majority_vote", "pass_at_k", "plug_in_bias", "format_reward_prediction",
+    "09-reasoning": ["majority_vote", "pass_at_k", "plug_in_bias", "verifier_prediction",
                      "group_advantages", "group_size", "rloo_advantages", "grpo_loss",
                      "kl_loss", "response_logprobs", "pass_at_k_prediction",
                      "std_ablation_prediction"],
@@ -123,7 +123,7 @@ QUESTIONS = {
     "06-efficient-attention": [],
     "07-modern-decoder": ["ladder_prediction"],
     "08-fine-tuning": ["predict_forgetting"],
-    "09-reasoning": ["format_reward_prediction", "pass_at_k_prediction",
+    "09-reasoning": ["verifier_prediction", "pass_at_k_prediction",
                      "std_ablation_prediction"],
 }
 

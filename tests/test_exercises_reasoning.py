@@ -102,18 +102,15 @@ def test_k3_is_unbiased_for_the_kl() -> None:
     assert estimate == pytest.approx(float((p * (p / q).log()).sum()), rel=0.02)
 
 
-def test_the_format_reward_answer_matches_the_shipped_run() -> None:
-    """Exercise 4's answer is what scripts/train_reasoning.py measured (the format-only run)."""
-    runs = reasoning.load_results("rl")["runs"]
-    run, correct = runs["format/0"], runs["correct/0"]
-    before, after = run["before"]["pass1"], run["after"]["pass1"]
-    letter = answer("reasoning.format_reward_prediction")  # the source notebook's hidden test
-    if letter == "b":
-        assert abs(after - before) < 0.05
-    elif letter == "c":
-        assert after < before / 2
-    else:
-        assert after - before > 0.5 * (correct["after"]["pass1"] - correct["before"]["pass1"])
+def test_the_verifier_answer_matches_the_shipped_runs() -> None:
+    """Exercise 4's answer is what scripts/train_reasoning.py --part hacking measured: on how many
+    seeds more than half of the held-out completions have no answer after the run: (a) every
+    seed, (b) some and not others, (c) none."""
+    runs = list(rl.load_runs("hacking")["runs"].values())
+    last = str(max(int(s) for s in runs[0]["evals"]))
+    found = sum(r["evals"][last]["no_answer"] > 0.5 for r in runs)
+    letter = answer("reasoning.verifier_prediction")  # the source notebook's hidden test
+    assert {"a": found == len(runs), "b": 0 < found < len(runs), "c": found == 0}[letter]
 
 
 def test_the_pass_at_k_answer_matches_the_shipped_runs() -> None:

@@ -133,3 +133,46 @@ def test_the_ablations_run_and_remove_what_they_name() -> None:
         history = rl.train_grpo(copy.deepcopy(model), reference, rl.GRPOConfig(
             steps=1, prompts_per_step=2, group_size=4, **change))
         assert 0 < history["entropy"][0] <= math.log(len(reasoning.VOCAB)) + 1e-6
+
+
+def test_the_lenient_verifier_passes_what_has_no_answer() -> None:
+    """Section 3's flawed verifier: a wrong answer scores 0, a right one 1, and so does none."""
+    assert [rl.lenient_reward(t, 8) for t in ("9,7,8.", "9,7,7.", ".", ",.", "8")] == \
+        [1.0, 0.0, 1.0, 1.0, 1.0]
+    assert rl.REWARDS["lenient"] is rl.lenient_reward
+    assert {k: rl.REWARDS[k] for k in reasoning.REWARDS} == reasoning.REWARDS
+
+
+def test_on_step_sees_every_step_and_its_time_is_not_counted() -> None:
+    model = reasoning.build_model(reasoning.REASONING_CONFIG)
+    seen: list[int] = []
+    rl.train_grpo(model, copy.deepcopy(model), rl.GRPOConfig(steps=3, prompts_per_step=1,
+                                                             group_size=2),
+                  on_step=lambda step, policy: seen.append(step))
+    assert seen == [1, 2, 3]
+
+
+HACK_STEPS = 300  # --part hacking's --rl-steps (GRPOConfig's steps otherwise)
+
+
+def test_the_curves_and_hacking_files_were_made_with_the_modules_configurations() -> None:
+    """``--part curves`` (section 5's figure) and ``--part hacking`` (section 3): the GRPO and
+    SFT configurations are the modules' (only the reward differs in the hacking run), every run
+    is measured at the same checkpoints, and each curve's starting policy has its own seed."""
+    grpo = asdict(rl.GRPOConfig())
+    sft = asdict(reasoning.REASONING_CONFIG)
+    for part, changed in (("curves", {}), ("hacking", {"reward": "lenient", "steps": HACK_STEPS})):
+        results = rl.load_runs(part)
+        assert results["grpo_config"] == {**grpo, **changed}, part
+        n = results["grpo_config"]["steps"]
+        steps = [str(s) for s in range(0, n + 1, results["eval_every"])]
+        for run in results["runs"].values():
+            assert list(run["evals"]) == steps, part
+            assert len(run["history"]["entropy"]) == n, part
+    curves = rl.load_runs("curves")
+    for key, value in curves["sft_config"].items():
+        assert key in ("steps", "seed") or (tuple(value) if isinstance(value, list) else value) \
+            == sft[key], key
+    assert curves["sft_config"]["steps"] == 600
+    assert {run["seed"] for run in curves["runs"].values()} == {int(s) for s in curves["runs"]}
+    assert len(curves["runs"]) >= 3

@@ -241,13 +241,14 @@ _BIAS_SLIPS = (
 )
 
 
-# 4. format_reward_prediction --------------------------------------------------------------------
+# 4. verifier_prediction ------------------------------------------------------------------------
 
 
-_FORMAT_PREDICTION = Question(
-    id="reasoning.format_reward_prediction", choices="abc",
-    hint=("look at what the format reward pays for, and at its value before training: what are "
-          "the advantages of a group whose samples all get the same reward?"))
+_VERIFIER_PREDICTION = Question(
+    id="reasoning.verifier_prediction", choices="abc",
+    hint=("a completion without an answer is paid only once it is drawn: at the starting rate, "
+          "how many does a run draw, does the rate stay put while the policy learns from the "
+          "right answers, and what decides when the first few come?"))
 
 
 # 5. group_advantages ----------------------------------------------------------------------------
@@ -787,7 +788,7 @@ EXERCISES = {ex.id: ex for ex in [  # in the notebook's order
              slips=_PASS_SLIPS, forbidden=(reasoning.pass_at_k_curve,)),
     Exercise(id="reasoning.plug_in_bias", reference=reasoning.plug_in_bias, cases=_bias_cases,
              slips=_BIAS_SLIPS),
-    _FORMAT_PREDICTION,
+    _VERIFIER_PREDICTION,
     Exercise(id="reasoning.group_advantages", reference=rl.group_advantages, cases=_adv_cases,
              slips=_ADV_SLIPS, diagnose=_adv_diagnose, forbidden=(rl.centred_advantages,)),
     Exercise(id="reasoning.group_size", reference=group_size, cases=_size_cases,
