@@ -233,3 +233,14 @@ def test_shipped_runs_are_the_scripts_configuration():
         assert run["config"] == asdict(configs[run["name"]]), run["name"]
         assert run["steps"] == script.LONG_STEPS
         assert len(run["loss_by_position"]) == max(script.EVAL_CONTEXTS)
+    equal = runs["equal_time"]  # the equal-time ladder: steps = budget / the measured step cost
+    assert equal["steps"] == script.equal_steps(equal["cost"]["cost"], equal["budget"])
+    assert set(equal["cost"]["cost"]) == {name for name, _ in script.EQUAL_JOBS}
+    for name, rounds in equal["cost"]["rounds"].items():  # the cost is the median of its rounds
+        assert equal["cost"]["cost"][name] == sorted(rounds)[len(rounds) // 2]
+    assert [(r["name"], r["seed"]) for r in equal["runs"]] == list(script.EQUAL_JOBS)
+    for run in equal["runs"]:
+        assert run["config"] == asdict(configs[run["name"]]), run["name"]
+        assert run["steps"] == equal["steps"][run["name"]]
+        assert len(run["curve"]) == script.EQUAL_POINTS and run["curve"][-1][0] == run["steps"]
+        assert len(run["loss_by_position"]) == max(script.EVAL_CONTEXTS)

@@ -629,8 +629,8 @@ _SPEEDUP_SLIPS = (
 
 _LADDER_PREDICTION = Question(
     id="modern_decoder.ladder_prediction", choices="abcd",
-    hint=("divide the learned-position rung's gap after the long runs by the 600-step gap: "
-          "the two validation curves of section 8 give both"))
+    hint=("divide the learned-position rung's gap after the equal-time runs by the 600-step "
+          "gap: the two validation curves of section 8 give both"))
 
 
 EXERCISES = {ex.id: ex for ex in [
