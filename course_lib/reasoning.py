@@ -1,40 +1,47 @@
-r"""Reasoning tasks and verifiers: a counter that clips at its bounds, chains of thought, many
-samples.
+r"""Reasoning tasks and verifiers: a point moved by permutations of S5, a counter that clips at
+its bounds, chains of thought, many samples.
 
-Taught in chapter 9 (reasoning), sections 1 to 3. The task is **state tracking**: a count starts
+Taught in chapter 9 (reasoning), sections 1 to 3. Section 1's task is **state tracking without a
+shortcut**: where the point 0 ends after :math:`k` permutations of five places
+(:func:`s5_track`; composing permutations of :math:`S_5` is :math:`\mathsf{NC}^1`-complete),
+answered directly, through every intermediate place (a chain of thought) or after as many pause
+tokens (:func:`s5_example`, :func:`train_s5`, :func:`s5_accuracy`,
+``scripts/train_reasoning.py --part s5``). Sections 2 to 5 use an easier task: a count starts
 at a digit and takes :math:`k` signed changes, and after each one it is clipped to
 ``[LOW, HIGH] = [0, 9]``:
 
 .. math:: s_0 = \text{start}, \qquad s_i = \min(\mathrm{HIGH}, \max(\mathrm{LOW}, s_{i-1} + d_i)).
 
-Clipping makes the order matter (``9+3-3`` ends at 6, ``9-3+3`` at 9), so the answer is no sum
-that attention could add up in parallel: it needs the steps one after the other. A problem is a
-string of :data:`course_lib.arithmetic.VOCAB` read one character at a time:
+Clipping makes the order matter (``9+3-3`` ends at 6, ``9-3+3`` at 9), so the answer is no
+plain sum; but clipped additions compose into one clipped addition, and the counter's automaton
+has a constant-depth shortcut (Liu et al., 2023). A problem is a string of
+:data:`course_lib.arithmetic.VOCAB` read one character at a time:
 
 * answer only: ``7+3-2+1=`` :math:`\to` ``8.``
 * chain of thought: ``7+3-2+1=`` :math:`\to` ``9,7,8.`` (every clipped count; the last is the
   answer).
 
-Section 1 trains both from scratch (:func:`train_variant`, ``scripts/train_reasoning.py``);
+:func:`train_variant` trains either from scratch (``scripts/train_reasoning.py --part cot``);
 section 2 samples many answers (:func:`majority_vote`, :func:`pass_at_k`); section 3 rewards
 them (:func:`correctness_reward`, :func:`format_reward`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from course_lib import arithmetic, finetune, gpt, training
+from course_lib import arithmetic, finetune, gpt, llama, training
 from course_lib.checks import (
     check_finite_tensor,
     check_float_tensor,
@@ -512,4 +519,285 @@ def load_results(part: Literal["cot", "rl", "ablations"]) -> dict[str, Any]:
         raise ValueError(f"part must be 'cot', 'rl' or 'ablations', got {part!r}")
     results: dict[str, Any] = finetune.load_json_xz(DATA_DIR / f"reasoning_{part}.json.xz",
                                                     f"scripts/train_reasoning.py --part {part}")
+    return results
+
+
+# -- the word problem of S5: state tracking without a shortcut (section 1) ----------------------
+
+#: The 120 permutations of ``0..4`` in one-line notation (``p[x]`` is where ``x`` goes), in
+#: lexicographic order: token ``i`` of the S5 task is ``PERMUTATIONS[i]``.
+PERMUTATIONS: tuple[tuple[int, ...], ...] = tuple(itertools.permutations(range(5)))
+_PERM_INDEX = {p: i for i, p in enumerate(PERMUTATIONS)}
+S5_POINT = 120  # token S5_POINT + v: "the point is at v" (v = 0..4)
+S5_EQUALS, S5_END, S5_PAUSE = 125, 126, 127  # "=", the end of a completion, a pause token
+S5_BLANK = 128  # an empty slot of the prompt
+S5_VOCAB_SIZE = 129
+S5_FORMATS = ("answer only", "chain of thought", "pause")
+S5Format = Literal["answer only", "chain of thought", "pause"]
+S5_PATH = DATA_DIR / "reasoning_s5.json.xz"  # scripts/train_reasoning.py --part s5
+
+
+def _check_permutation(name: str, p: object) -> tuple[int, ...]:
+    if isinstance(p, str) or not isinstance(p, Sequence):
+        raise TypeError(f"{name} must be a permutation of 0..4 (a tuple of 5 ints), got "
+                        f"{type(p).__name__} {p!r}")
+    for x in p:
+        check_int(name, x)
+    if sorted(p) != [0, 1, 2, 3, 4]:
+        raise ValueError(f"{name} must be a permutation of 0..4 (each of 0..4 once), got {p!r}")
+    return tuple(p)
+
+
+def _check_permutations(perms: object) -> list[tuple[int, ...]]:
+    if isinstance(perms, str) or not isinstance(perms, Sequence):
+        raise TypeError(f"perms must be a sequence of permutations of 0..4, got "
+                        f"{type(perms).__name__} {perms!r}")
+    if not perms:
+        raise ValueError("perms must hold at least one permutation, got none")
+    return [_check_permutation("perms", p) for p in perms]
+
+
+def compose(p: Sequence[int], q: Sequence[int]) -> tuple[int, ...]:
+    """``p`` then ``q``: the permutation that sends ``x`` to ``q[p[x]]`` (one-line notation).
+
+    Example:
+        >>> compose((1, 2, 0, 3, 4), (0, 1, 2, 4, 3)), compose((1, 0, 2, 3, 4), (0, 2, 1, 3, 4))
+        ((1, 2, 0, 4, 3), (2, 0, 1, 3, 4))
+    """
+    p, q = _check_permutation("p", p), _check_permutation("q", q)
+    return tuple(q[p[x]] for x in range(5))
+
+
+def s5_chain(perms: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    r"""The running products :math:`r_i = \pi_1 \text{ then } \pi_2 \dots \text{ then } \pi_i`:
+    :math:`r_1 = \pi_1`, :math:`r_i(x) = \pi_i(r_{i-1}(x))`; the last is the answer.
+
+    Example:
+        >>> s5_chain([(1, 0, 2, 3, 4), (0, 2, 1, 3, 4), (1, 0, 2, 3, 4)])
+        [(1, 0, 2, 3, 4), (2, 0, 1, 3, 4), (2, 1, 0, 3, 4)]
+    """
+    perms = _check_permutations(perms)
+    out = [perms[0]]
+    for p in perms[1:]:
+        out.append(tuple(p[x] for x in out[-1]))
+    return out
+
+
+def make_s5_problem(rng: random.Random, k: int) -> list[tuple[int, ...]]:
+    """``k`` permutations of ``0..4`` drawn uniformly and independently.
+
+    Example:
+        >>> perms = make_s5_problem(random.Random(0), 3)
+        >>> len(perms), all(sorted(p) == [0, 1, 2, 3, 4] for p in perms)
+        (3, True)
+    """
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
+    if check_int("k", k) < 1:
+        raise ValueError(f"a problem has at least one permutation, got k={k}")
+    return [PERMUTATIONS[rng.randrange(120)] for _ in range(k)]
+
+
+def s5_track(perms: Sequence[Sequence[int]]) -> list[int]:
+    r"""Where the point 0 stands after each permutation: :math:`s_i = r_i(0)`, that is
+    :math:`s_0 = 0`, :math:`s_i = \pi_i(s_{i-1})` (:func:`s5_chain`'s products at 0).
+
+    Example:
+        >>> s5_track([(1, 0, 2, 3, 4), (0, 2, 1, 3, 4), (1, 0, 2, 3, 4)])
+        [1, 2, 2]
+    """
+    return [r[0] for r in s5_chain(perms)]
+
+
+def s5_example(perms: Sequence[Sequence[int]], target_format: S5Format, slots: int,
+               ) -> tuple[list[int], list[int]]:
+    """Token ids of a problem and its target: one token per permutation, one per place.
+
+    The prompt is ``slots`` slots holding the ``k`` permutations (token ``i`` is
+    ``PERMUTATIONS[i]``) and then ``S5_BLANK`` in the ``slots - k`` empty ones, then
+    ``S5_EQUALS``: with the prompt's length fixed, the ``i``-th token of a chain stands at the
+    same distance from the ``i``-th permutation for every ``k``. The question is where the
+    point 0 ends (:func:`s5_track`); the place ``v`` is the token ``S5_POINT + v``. The targets
+    end with ``S5_END``:
+
+    * ``"answer only"``: the last place, then the end (2 tokens);
+    * ``"chain of thought"``: every place :math:`s_1, \\dots, s_k`, then the end
+      (``k + 1`` tokens);
+    * ``"pause"``: ``k - 1`` pause tokens, the last place, then the end: as many tokens as the
+      chain, with no intermediate state in them.
+
+    Example:
+        >>> perms = [(1, 0, 2, 3, 4), (0, 2, 1, 3, 4), (1, 0, 2, 3, 4)]
+        >>> [PERMUTATIONS.index(p) for p in perms]
+        [24, 6, 24]
+        >>> s5_example(perms, "chain of thought", 4)
+        ([24, 6, 24, 128, 125], [121, 122, 122, 126])
+        >>> s5_example(perms, "pause", 3)[1], s5_example(perms, "answer only", 3)[1]
+        ([127, 127, 122, 126], [122, 126])
+    """
+    _check_format(target_format)
+    track = [S5_POINT + v for v in s5_track(perms)]
+    if check_int("slots", slots) < len(track):
+        raise ValueError(f"slots must hold the {len(track)} permutations, got slots={slots}")
+    prompt = ([_PERM_INDEX[tuple(p)] for p in perms] + [S5_BLANK] * (slots - len(track))
+              + [S5_EQUALS])
+    if target_format == "chain of thought":
+        return prompt, track + [S5_END]
+    if target_format == "pause":
+        return prompt, [S5_PAUSE] * (len(track) - 1) + track[-1:] + [S5_END]
+    return prompt, track[-1:] + [S5_END]
+
+
+@dataclass(frozen=True)
+class S5Config:
+    """Section 1's experiment on S5: the task, the model (a small Llama-style decoder of
+    :mod:`course_lib.llama`), the training and the test."""
+
+    train_k: int = 5  # training problems have k = 1..train_k permutations
+    test_k: int = 10  # tested at k = 1..test_k (past train_k: longer than any trained problem)
+    position: Literal["rope", "learned"] = "learned"  # a learned table (GPT-2's) or RoPE
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    steps: int = 3000  # optimiser steps
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    seeds: tuple[int, ...] = (0, 1, 2)  # initialisation and training problems
+    eval_problems: int = 300  # test problems per k
+    eval_seed: int = 777  # test problems are drawn with this seed plus k
+
+    def __post_init__(self) -> None:
+        for name in ("train_k", "test_k", "n_layer", "n_head", "n_embd", "steps", "batch_size",
+                     "eval_problems"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_positive("lr", self.lr)
+        if self.position not in ("rope", "learned"):
+            raise ValueError(f"position must be 'rope' or 'learned', got {self.position!r}")
+        if self.n_embd % (2 * self.n_head):
+            raise ValueError(f"n_embd must be a multiple of 2 * n_head (RoPE rotates pairs), got "
+                             f"n_embd={self.n_embd}, n_head={self.n_head}")
+        if isinstance(self.seeds, str) or not isinstance(self.seeds, Sequence) or not self.seeds:
+            raise ValueError(f"seeds must be a non-empty tuple of ints, got {self.seeds!r}")
+        for s in self.seeds:
+            check_int("seeds", s)
+
+    @property
+    def block_size(self) -> int:
+        """The prompt's ``slots + 1`` tokens and a chain of thought of ``slots + 1``."""
+        return 2 * self.slots + 2
+
+    @property
+    def slots(self) -> int:
+        """The prompt's slots for permutations: room for the largest k, trained or tested."""
+        return max(self.train_k, self.test_k)
+
+
+S5_CONFIG = S5Config()
+
+
+def _check_s5_config(config: S5Config) -> None:
+    if not isinstance(config, S5Config):
+        raise TypeError(f"config must be an S5Config, got {type(config).__name__}")
+
+
+def _check_format(target_format: object) -> None:
+    if target_format not in S5_FORMATS:
+        raise ValueError(f"target_format must be one of {', '.join(map(repr, S5_FORMATS))}, got "
+                         f"{target_format!r}")
+
+
+def build_s5_model(config: S5Config, seed: int) -> llama.LlamaForCausalLM:
+    """A small decoder (RMSNorm, SwiGLU, RoPE or a learned position table) over the S5 tokens."""
+    _check_s5_config(config)
+    torch.manual_seed(check_int("seed", seed))
+    return llama.LlamaForCausalLM(llama.LlamaConfig(
+        vocab_size=S5_VOCAB_SIZE, hidden_size=config.n_embd,
+        intermediate_size=llama.swiglu_width(config.n_embd), num_hidden_layers=config.n_layer,
+        num_attention_heads=config.n_head, num_key_value_heads=config.n_head,
+        position=config.position, max_position_embeddings=config.block_size))
+
+
+def s5_batch(rng: random.Random, train_k: int, batch_size: int, target_format: S5Format,
+             slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch ``x, y, mask`` (each ``(B, T)``; mask: the target's tokens), k uniform in
+    ``1..train_k``, right-padded with ``S5_END``."""
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
+    check_int("train_k", train_k, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    if check_int("slots", slots) < train_k:
+        raise ValueError(f"slots must hold train_k={train_k} permutations, got slots={slots}")
+    _check_format(target_format)
+    rows = [s5_example(make_s5_problem(rng, rng.randint(1, train_k)), target_format, slots)
+            for _ in range(batch_size)]
+    width = max(len(p) + len(t) for p, t in rows)
+    ids = torch.full((batch_size, width), S5_END, dtype=torch.long)
+    mask = torch.zeros(batch_size, width, dtype=torch.bool)
+    for b, (p, t) in enumerate(rows):
+        ids[b, :len(p) + len(t)] = torch.tensor(p + t)
+        mask[b, len(p):len(p) + len(t)] = True
+    return ids[:, :-1], ids[:, 1:], mask[:, 1:]
+
+
+def train_s5(config: S5Config, target_format: S5Format, seed: int,
+             device: torch.device | str = "cpu", progress: bool = False,
+             ) -> tuple[llama.LlamaForCausalLM, training.History]:
+    """Train one format from scratch on ``k = 1..train_k`` with the loss on the target's tokens
+    (chapter 8's answer-only loss); ``seed`` draws the weights and the training problems."""
+    _check_s5_config(config)
+    _check_format(target_format)
+    with torch.device("cpu"):
+        model = build_s5_model(config, seed)
+    model = model.to(device)
+    rng = random.Random(seed)
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        while True:
+            yield tuple(t.to(device) for t in s5_batch(rng, config.train_k, config.batch_size,
+                                                       target_format, config.slots))
+
+    def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y, mask = batch
+        return finetune.answer_only_loss(model(x), y, mask)
+
+    train_config = training.TrainConfig(
+        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps, schedule="cosine",
+        seed=seed, progress=progress, desc=target_format)
+    return model, training.train(model, batches(), objective, train_config)
+
+
+@torch.no_grad()
+def s5_accuracy(model: torch.nn.Module, k: int, n: int, seed: int,
+                target_format: S5Format, slots: int) -> float:
+    """Exact-match accuracy of greedy completions of ``n`` fresh problems with ``k`` permutations
+    (drawn with ``seed + k``): each completion runs as many tokens as its format's target, and
+    is right when the token in the answer's place (the one before the target's end: the first
+    of answer only, the ``k``-th of the chain or of the pause target) is the place
+    :math:`s_k`."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_int("k", k, minimum=1)
+    check_int("n", n, minimum=1)
+    if check_int("slots", slots) < k:
+        raise ValueError(f"slots must hold k={k} permutations, got slots={slots}")
+    _check_format(target_format)
+    rng = random.Random(check_int("seed", seed) + k)
+    examples = [s5_example(make_s5_problem(rng, k), target_format, slots) for _ in range(n)]
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tokens = torch.tensor([p for p, _ in examples], device=device)
+    for _ in range(len(examples[0][1])):
+        tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    model.train(was_training)
+    answers = torch.tensor([t[-2] for _, t in examples], device=device)
+    return float((tokens[:, -2] == answers).double().mean())
+
+
+def load_s5_results() -> dict[str, Any]:
+    """The shipped results of ``scripts/train_reasoning.py --part s5``."""
+    results: dict[str, Any] = finetune.load_json_xz(S5_PATH,
+                                                    "scripts/train_reasoning.py --part s5")
     return results

@@ -6,6 +6,11 @@ clipped count written out, with :data:`course_lib.reasoning.REASONING_CONFIG` an
 optimiser steps; greedy exact-match accuracy at every test k goes to
 ``course_lib/data/reasoning_cot.json.xz``.
 
+``--part s5`` (section 1): for each of ``--formats`` (answer only, chain of thought, pause) and
+``--seeds``, a small decoder from scratch on the point moved by k permutations of S5, with
+:data:`course_lib.reasoning.S5_CONFIG`; greedy accuracy at every test k goes to
+``course_lib/data/reasoning_s5.json.xz`` (``--merge`` joins the files of separate runs).
+
 ``--part rl`` (sections 2 to 5): one starting policy trained briefly with the chain-of-thought
 targets (``--sft-steps``, seed 0), then for each seed GRPO (:func:`course_lib.rl.train_grpo`) with
 the correctness reward; for seed 0 also GRPO with the format-only reward. Before and after,
@@ -32,6 +37,7 @@ verifier's reward, the share of completions without an answer and a few of them;
 Provenance, commands and cost: ``course_lib/data/REASONING.md``.
 
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part cot
+    nice -n 10 .venv/bin/python scripts/train_reasoning.py --part s5 --seeds 0 1 2
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part rl
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part ablations
     nice -n 10 .venv/bin/python scripts/train_reasoning.py --part curves --seeds 0 1 2 3 4
@@ -234,10 +240,52 @@ def part_hacking(args: argparse.Namespace) -> dict:
     return out
 
 
+def part_s5(args: argparse.Namespace) -> dict:
+    """Section 1: for each of ``--formats`` and ``--seeds``, a small decoder from scratch on the
+    point tracked through k permutations of S5 (``reasoning.S5_CONFIG``), then greedy accuracy
+    at every test k; with ``--merge``, the files of several such runs joined into one."""
+    import platform
+    import shlex
+
+    if args.merge:
+        parts = [finetune.load_json_xz(path, "scripts/train_reasoning.py --part s5")
+                 for path in args.merge]
+        out = {"config": parts[0]["config"], "runs": {}, "commands": [], "seconds": {},
+               "where": {}, "torch_of": {}}
+        for part in parts:
+            assert part["config"] == out["config"], "runs of different configurations"
+            out["runs"].update(part["runs"])
+            command = "python scripts/train_reasoning.py " + shlex.join(part["argv"])
+            out["commands"].append(command)
+            out["seconds"][command] = part["total_seconds"]
+            out["where"][command] = part["where"]
+            out["torch_of"][command] = part["torch"]
+        return out
+    config = reasoning.S5_CONFIG
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                .splitlines() if line.startswith("model name")), platform.processor())
+    out = {"config": asdict(config), "runs": {}, "argv": sys.argv[1:],
+           "where": f"{platform.node()}: {cpu}, one thread, CPU"}
+    for fmt in args.formats:
+        for seed in args.seeds:
+            model, history = reasoning.train_s5(config, fmt, seed)
+            start = time.perf_counter()
+            accuracy = {str(k): reasoning.s5_accuracy(model, k, config.eval_problems,
+                                                      config.eval_seed, fmt, config.slots)
+                        for k in range(1, config.test_k + 1)}
+            out["runs"][f"{fmt}/{seed}"] = {
+                "format": fmt, "seed": seed, "accuracy": accuracy,
+                "final_loss": sum(history.train_loss[-50:]) / 50,
+                "loss": history.train_loss[::50], "train_seconds": history.seconds,
+                "eval_seconds": time.perf_counter() - start}
+            print(fmt, seed, round(history.seconds), "s", accuracy, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", required=True,
-                        choices=("cot", "rl", "ablations", "curves", "hacking"))
+                        choices=("cot", "rl", "ablations", "curves", "hacking", "s5"))
     parser.add_argument("--steps", type=int, default=3000, help="cot: optimiser steps")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--sft-steps", type=int, default=600)
@@ -247,6 +295,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--problems", type=int, default=200)
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--eval-every", type=int, default=20, help="curves, hacking")
+    parser.add_argument("--formats", nargs="+", default=list(reasoning.S5_FORMATS),
+                        choices=reasoning.S5_FORMATS, help="s5: the target formats")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="s5: join these files of --part s5 runs instead of training")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: course_lib/data/reasoning_<part>.json.xz")
     args = parser.parse_args(argv)
@@ -254,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     parts = {"cot": lambda: part_cot(args.steps, args.seeds), "rl": lambda: part_rl(args),
              "ablations": lambda: part_ablations(args), "curves": lambda: part_curves(args),
-             "hacking": lambda: part_hacking(args)}
+             "hacking": lambda: part_hacking(args), "s5": lambda: part_s5(args)}
     results = parts[args.part]()
     results["command"] = ("nice -n 10 .venv/bin/python scripts/train_reasoning.py "
                           + " ".join(argv if argv is not None else sys.argv[1:]))

@@ -499,6 +499,11 @@ def _reasoning_config() -> reasoning.ReasoningConfig:
                                      eval_problems=1)
 
 
+def _s5_config() -> reasoning.S5Config:
+    return reasoning.S5Config(train_k=2, test_k=3, n_layer=1, n_head=2, n_embd=8, steps=1,
+                              batch_size=2, warmup_steps=0, eval_problems=1)
+
+
 def _reasoning_gpt() -> gpt.GPT:
     return _gpt(vocab_size=len(reasoning.VOCAB), block_size=16)
 
@@ -1464,6 +1469,51 @@ CASES: dict[str, Entry] = {
     "reasoning.check_problems": Entry(
         lambda: (reasoning.check_problems, {"problems": PROBLEMS}),
         {"problems": BAD_PROBLEMS + (Custom("a_start_only", lambda p: [7, *p]),)}),
+    "reasoning.compose": Entry(
+        lambda: (reasoning.compose, {"p": (1, 2, 0, 3, 4), "q": (0, 1, 2, 4, 3)}),
+        {"p": (Custom("a_repeat", lambda _: (0, 0, 1, 2, 3)), Custom("a_string", lambda _: "12034"),
+               Custom("a_fraction", lambda _: (0.5, 1, 2, 3, 4))),
+         "q": (Custom("too_short", lambda _: (0, 1, 2)), "not_a_sequence")}),
+    **{f"reasoning.{fn.__name__}": Entry(
+        (lambda fn=fn: (fn, {"perms": [(1, 0, 2, 3, 4), (0, 2, 1, 3, 4)]})),
+        {"perms": ("not_a_sequence", Custom("empty", lambda _: []),
+                   Custom("a_repeat", lambda _: [(0, 1, 2, 3, 3)]))})
+       for fn in (reasoning.s5_chain, reasoning.s5_track)},
+    "reasoning.make_s5_problem": Entry(
+        lambda: (reasoning.make_s5_problem, {"rng": random.Random(0), "k": 3}),
+        {"rng": (Custom("a_seed", lambda _: 0),), "k": ("zero", "fraction")}),
+    "reasoning.s5_example": Entry(
+        lambda: (reasoning.s5_example, {"perms": [(1, 0, 2, 3, 4)] * 3,
+                                        "target_format": "pause", "slots": 4}),
+        {"perms": (Custom("empty", lambda _: []), Custom("a_repeat", lambda _: [(1, 1, 2, 3, 4)])),
+         "slots": (Custom("too_few", lambda _: 2), "fraction")}),
+    "reasoning.S5Config": Entry(
+        lambda: (reasoning.S5Config, {}),
+        {"train_k": ("zero", "fraction"), "test_k": ("zero",), "n_layer": ("zero",),
+         "n_head": ("zero", Custom("not_dividing", lambda _: 3)), "n_embd": ("fraction",),
+         "steps": ("zero",), "batch_size": ("zero",), "lr": ("nan", "zero"),
+         "warmup_steps": ("negative",), "eval_problems": ("zero",),
+         "seeds": (Custom("empty", lambda _: ()), Custom("a_fraction", lambda _: (0.5,)))},
+        unchecked={"eval_seed": SEED}),
+    "reasoning.build_s5_model": Entry(
+        lambda: (reasoning.build_s5_model, {"config": _s5_config(), "seed": 0}),
+        {"config": ("a_dict",), "seed": ("fraction",)}),
+    "reasoning.s5_batch": Entry(
+        lambda: (reasoning.s5_batch, {"rng": random.Random(0), "train_k": 3, "batch_size": 2,
+                                      "target_format": "chain of thought", "slots": 4}),
+        {"rng": (Custom("a_seed", lambda _: 0),), "train_k": ("zero", "fraction"),
+         "batch_size": ("zero",), "slots": (Custom("too_few", lambda _: 2), "fraction")}),
+    "reasoning.train_s5": Entry(
+        lambda: (reasoning.train_s5, {"config": _s5_config(), "target_format": "pause",
+                                      "seed": 0}),
+        {"config": ("a_dict",), "seed": ("fraction",)},
+        unchecked={"device": DEVICE, "progress": PROGRESS}),
+    "reasoning.s5_accuracy": Entry(
+        lambda: (reasoning.s5_accuracy, {"model": reasoning.build_s5_model(_s5_config(), 0),
+                                         "k": 2, "n": 2, "seed": 0, "target_format": "pause",
+                                         "slots": 3}),
+        {"model": (Custom("a_config", lambda _: _s5_config()),), "k": ("zero", "fraction"),
+         "n": ("zero",), "seed": ("fraction",), "slots": (Custom("too_few", lambda _: 1),)}),
     "rl.prompts_of": Entry(
         lambda: (rl.prompts_of, {"problems": PROBLEMS}),
         {"problems": BAD_PROBLEMS},

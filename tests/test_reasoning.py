@@ -176,3 +176,66 @@ def test_the_curves_and_hacking_files_were_made_with_the_modules_configurations(
     assert curves["sft_config"]["steps"] == 600
     assert {run["seed"] for run in curves["runs"].values()} == {int(s) for s in curves["runs"]}
     assert len(curves["runs"]) >= 3
+
+
+# -- section 1: the point tracked through permutations of S5 ------------------------------------
+
+
+def test_compositions_worked_by_hand() -> None:
+    """(1 2 0 3 4) sends 0 -> 1 -> ... ; then (0 1 2 4 3) swaps 3 and 4: 0 -> 1, 1 -> 2, 2 -> 0,
+    3 -> 4, 4 -> 3. Two transpositions do not commute."""
+    assert reasoning.compose((1, 2, 0, 3, 4), (0, 1, 2, 4, 3)) == (1, 2, 0, 4, 3)
+    swap01, swap12 = (1, 0, 2, 3, 4), (0, 2, 1, 3, 4)
+    assert reasoning.compose(swap01, swap12) == (2, 0, 1, 3, 4)  # 0 -> 1 -> 2, 1 -> 0, 2 -> 1
+    assert reasoning.compose(swap12, swap01) == (1, 2, 0, 3, 4)  # 0 -> 1, 1 -> 2, 2 -> 1 -> 0
+    # the running products of swap01, swap12, swap01 and where the point 0 stands: 1, 2, 2
+    assert reasoning.s5_chain([swap01, swap12, swap01]) == [swap01, (2, 0, 1, 3, 4),
+                                                            (2, 1, 0, 3, 4)]
+    assert reasoning.s5_track([swap01, swap12, swap01]) == [1, 2, 2]
+    rng = random.Random(3)
+    perms = reasoning.make_s5_problem(rng, 7)
+    product = perms[0]
+    for p in perms[1:]:
+        product = reasoning.compose(product, p)
+    assert reasoning.s5_chain(perms)[-1] == product
+    assert len(reasoning.PERMUTATIONS) == len(set(reasoning.PERMUTATIONS)) == 120
+
+
+def test_the_pause_control_is_as_long_as_the_chain_and_holds_no_state() -> None:
+    rng = random.Random(0)
+    for k in range(1, 11):
+        perms = reasoning.make_s5_problem(rng, k)
+        prompts, targets = zip(*(reasoning.s5_example(perms, f, 10) for f in reasoning.S5_FORMATS))
+        answer_only, chain, pause = targets
+        assert prompts[0] == prompts[1] == prompts[2] and len(prompts[0]) == 11  # 10 slots, "="
+        assert len(pause) == len(chain) == k + 1 and len(answer_only) == 2
+        assert pause[:-2] == [reasoning.S5_PAUSE] * (k - 1)
+        assert pause[-2:] == chain[-2:] == answer_only
+        assert chain[:-1] == [reasoning.S5_POINT + v for v in reasoning.s5_track(perms)]
+
+
+def test_s5_batches_fit_the_model_and_a_short_run_trains() -> None:
+    config = reasoning.S5Config(train_k=3, test_k=4, n_layer=1, n_head=2, n_embd=16, steps=3,
+                                batch_size=4, warmup_steps=0, eval_problems=4)
+    x, y, mask = reasoning.s5_batch(random.Random(0), 3, 8, "pause", config.slots)
+    assert x.shape == y.shape == mask.shape and x.shape[1] <= config.block_size
+    assert bool((y[mask] != reasoning.S5_BLANK).all()) and bool((x[:, 0] < 120).all())
+    assert bool((x[:, config.slots] == reasoning.S5_EQUALS).all())
+    model, history = reasoning.train_s5(config, "chain of thought", 0)
+    assert len(history.train_loss) == 3
+    for k in (1, 4):
+        assert 0 <= reasoning.s5_accuracy(model, k, 4, 0, "chain of thought", config.slots) <= 1
+
+
+def test_the_s5_file_was_made_with_the_modules_configuration() -> None:
+    """reasoning_s5.json.xz: S5_CONFIG, every format on every seed, k = 1..test_k."""
+    s5 = reasoning.load_s5_results()
+    expected = asdict(reasoning.S5_CONFIG)
+    assert {key: tuple(v) if isinstance(v, list) else v for key, v in s5["config"].items()} \
+        == expected
+    assert set(s5["runs"]) == {f"{f}/{s}" for f in reasoning.S5_FORMATS
+                               for s in reasoning.S5_CONFIG.seeds}
+    for run in s5["runs"].values():
+        assert list(run["accuracy"]) == [str(k) for k in range(1, reasoning.S5_CONFIG.test_k + 1)]
+        assert all(0 <= a <= 1 for a in run["accuracy"].values())
+    assert s5["torch"] and s5["where"] and len(s5["commands"]) == 9
