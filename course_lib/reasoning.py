@@ -733,10 +733,11 @@ def s5_batch(rng: random.Random, train_k: int, batch_size: int, target_format: S
     rows = [s5_example(make_s5_problem(rng, rng.randint(1, train_k)), target_format, slots)
             for _ in range(batch_size)]
     width = max(len(p) + len(t) for p, t in rows)
-    ids = torch.full((batch_size, width), S5_END, dtype=torch.long)
-    mask = torch.zeros(batch_size, width, dtype=torch.bool)
+    # built on the CPU (the training loop moves each batch to the model's device)
+    ids = torch.full((batch_size, width), S5_END, dtype=torch.long, device="cpu")
+    mask = torch.zeros(batch_size, width, dtype=torch.bool, device="cpu")
     for b, (p, t) in enumerate(rows):
-        ids[b, :len(p) + len(t)] = torch.tensor(p + t)
+        ids[b, :len(p) + len(t)] = torch.tensor(p + t, device="cpu")
         mask[b, len(p):len(p) + len(t)] = True
     return ids[:, :-1], ids[:, 1:], mask[:, 1:]
 

@@ -538,6 +538,10 @@ MORE: dict[str, Placed] = {
     "reasoning.train_variant": Placed(lambda: (reasoning.train_variant, {
         "config": _tiny(reasoning.ReasoningConfig(train_steps=(1,))), "chain_of_thought": False,
         "device": "cpu"}), timings=("output[1].seconds",)),
+    "reasoning.train_s5": Placed(lambda: (reasoning.train_s5, {
+        "config": reasoning.S5Config(train_k=2, test_k=3, n_layer=1, n_head=2, n_embd=8, steps=1,
+                                     batch_size=2, warmup_steps=0, eval_problems=1),
+        "target_format": "pause", "seed": 0, "device": "cpu"}), timings=("output[1].seconds",)),
     "rl.train_grpo": Placed(lambda: (rl.train_grpo, {
         "policy": _reasoning_gpt(), "reference": _reasoning_gpt(),
         "config": rl.GRPOConfig(k=1, steps=1, prompts_per_step=1, group_size=2,
@@ -570,6 +574,9 @@ MORE: dict[str, Placed] = {
     "reasoning.build_model": Placed(_call(reasoning.build_model,
                                           config=_tiny(reasoning.ReasoningConfig())),
                                     creates=True),
+    "reasoning.build_s5_model": Placed(_call(reasoning.build_s5_model, config=reasoning.S5Config(
+        train_k=2, test_k=3, n_layer=1, n_head=2, n_embd=8, steps=1, batch_size=2,
+        warmup_steps=0, eval_problems=1), seed=0), creates=True),
     "sweep.model_for": Placed(_call(sweep.model_for, run=sweep.make_run(8, 1, 2, budget=1e9),
                                     vocab_size=V), creates=True),
     "complexity.make_layer": Placed(_call(complexity.make_layer, kind="attention", d=8),
@@ -763,6 +770,7 @@ EXCLUDED: dict[str, str] = {
         arithmetic.results_path arithmetic.load_results corpus.shakespeare_path
         corpus.load_shakespeare
         finetune.load_forgetting finetune.save_json_xz finetune.load_json_xz finetune.load_runs
+        reasoning.load_s5_results
         sweep.write_csv sweep.read_csv
         """), _FILE),
     **dict.fromkeys(_names("""
