@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -207,24 +207,40 @@ def train_variant(config: TrainingFields, chain_of_thought: bool,
     ``model_fn`` and ``batch_fn`` build the model and the batches (chapter 9's task passes its
     own; ``config`` then needs the same training fields).
     """
+    return _train_answer_only(
+        lambda: model_fn(config),
+        lambda rng: batch_fn(rng, config.train_steps, config.batch_size, chain_of_thought),
+        (config.steps, config.lr, config.warmup_steps), config.seed, device, progress,
+        "chain of thought" if chain_of_thought else "answer only")
+
+
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def _train_answer_only(build: Callable[[], M],
+                       next_batch: Callable[[random.Random], tuple[torch.Tensor, ...]],
+                       schedule: tuple[int, float, int], seed: int, device: torch.device | str,
+                       progress: bool, desc: str) -> tuple[M, training.History]:
+    """The loop of :func:`train_variant` (and of chapter 9's S5 runs): ``build()`` seeded on the
+    CPU, then moved; batches ``next_batch(rng)`` from ``random.Random(seed)``, each moved to
+    ``device``; the answer-only loss; a cosine schedule of ``schedule = (steps, lr,
+    warmup_steps)``."""
     with torch.device("cpu"):  # seeded initialisation on the CPU: the same weights on every device
-        model = model_fn(config)
+        model = build()
     model = model.to(device)
-    rng = random.Random(config.seed)
+    rng = random.Random(seed)
 
     def batches() -> Iterator[tuple[torch.Tensor, ...]]:
         while True:
-            yield tuple(t.to(device) for t in batch_fn(rng, config.train_steps,
-                                                       config.batch_size, chain_of_thought))
+            yield tuple(t.to(device) for t in next_batch(rng))
 
     def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, y, mask = batch
         return finetune.answer_only_loss(model(x), y, mask)
 
-    train_config = training.TrainConfig(
-        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps, schedule="cosine",
-        seed=config.seed, progress=progress,
-        desc="chain of thought" if chain_of_thought else "answer only")
+    steps, lr, warmup_steps = schedule
+    train_config = training.TrainConfig(steps=steps, lr=lr, warmup_steps=warmup_steps,
+                                        schedule="cosine", seed=seed, progress=progress, desc=desc)
     return model, training.train(model, batches(), objective, train_config)
 
 

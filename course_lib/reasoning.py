@@ -34,7 +34,7 @@ import numbers
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -749,24 +749,10 @@ def train_s5(config: S5Config, target_format: S5Format, seed: int,
     (chapter 8's answer-only loss); ``seed`` draws the weights and the training problems."""
     _check_s5_config(config)
     _check_format(target_format)
-    with torch.device("cpu"):
-        model = build_s5_model(config, seed)
-    model = model.to(device)
-    rng = random.Random(seed)
-
-    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
-        while True:
-            yield tuple(t.to(device) for t in s5_batch(rng, config.train_k, config.batch_size,
-                                                       target_format, config.slots))
-
-    def objective(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        x, y, mask = batch
-        return finetune.answer_only_loss(model(x), y, mask)
-
-    train_config = training.TrainConfig(
-        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps, schedule="cosine",
-        seed=seed, progress=progress, desc=target_format)
-    return model, training.train(model, batches(), objective, train_config)
+    return arithmetic._train_answer_only(
+        lambda: build_s5_model(config, seed),
+        lambda rng: s5_batch(rng, config.train_k, config.batch_size, target_format, config.slots),
+        (config.steps, config.lr, config.warmup_steps), seed, device, progress, target_format)
 
 
 @torch.no_grad()
