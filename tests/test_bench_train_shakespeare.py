@@ -66,24 +66,121 @@ def test_the_recipes_build_models_of_the_documented_size() -> None:
             assert built.config.max_position_embeddings >= max(recipe.block_size, bench.EVAL_BLOCK)
 
 
-def test_the_modern_recipe_is_the_ladders_best_block_in_the_tuned_recipe() -> None:
-    """Chapter 7's block (RoPE, RMSNorm, SwiGLU of width 8d/3, no biases, tied embeddings) with
-    the tuned recipe's size, batches and schedule at the ladder's learning rate; its parameters
-    within 1% of the GPT's."""
+def test_the_modern_recipe_is_the_ladders_best_block_trained_with_muon() -> None:
+    """Chapter 7's block (RoPE, RMSNorm, SwiGLU of width 8d/3, no biases) at the tuned GPT's
+    width, depth and context with 2 heads and an untied output layer, its parameters within 1%
+    of the GPT's, trained with Muon on the blocks' matrices, batches of 24 windows and a linear
+    decay to zero over the budget."""
     t, m = bench.TUNED, bench.MODERN
-    same = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "min_lr", "warmup",
-            "schedule", "max_iters", "betas", "weight_decay", "grad_clip", "dropout", "threads")
+    same = ("n_layer", "n_embd", "block_size", "warmup", "schedule", "max_iters", "betas",
+            "grad_clip", "dropout", "threads")
     assert all(getattr(m, name) == getattr(t, name) for name in same)
-    assert m.lr == 3e-3  # the ladder's learning rate (chapter 7's scripts/modern_decoder_runs.py)
+    assert (m.optimizer, m.muon_lr, m.muon_momentum, m.lr) == ("muon", 0.01, 0.9, 3e-3)
+    assert (m.batch_size, m.decay, m.min_lr, m.n_head, m.tie_embeddings) == \
+        (24, "linear", 0.0, 2, False)
     model = bench.build_model(m, 65)
     c = model.config
     assert (c.position, c.norm, c.mlp, c.intermediate_size) == ("rope", "rms", "swiglu", 342)
-    assert c.num_key_value_heads == c.num_attention_heads and c.tie_word_embeddings
+    assert c.num_key_value_heads == c.num_attention_heads == 2 and c.d_head == 64
+    assert not c.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
     gpt = bench.build_model(t, 65)
     n_m, n_g = (sum(p.numel() for p in x.parameters()) for x in (model, gpt))
+    d, L, V, W = 128, 4, 65, 342  # per block: q, k, v, o, gate, up, down and two gains
+    assert n_m == 2 * V * d + L * (4 * d * d + 3 * d * W + 2 * d) + d  # embedding, head: 805,248
     assert abs(n_m / n_g - 1) < 0.01
     x = torch.randint(65, (2, bench.EVAL_BLOCK))
     assert model(x).shape == (2, bench.EVAL_BLOCK, 65)
+    tied = bench.build_model(replace(m, tie_embeddings=True), 65)
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+
+
+def _newton_schulz_float64(G: torch.Tensor, steps: int) -> torch.Tensor:
+    """The quintic iteration written out for one matrix, in float64 (the reference)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.double().T if G.shape[0] > G.shape[1] else G.double()
+    X = X / X.norm()
+    for _ in range(steps):
+        A = X @ X.T
+        X = a * X + b * A @ X + c * A @ A @ X
+    return X.T if G.shape[0] > G.shape[1] else X
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 20), (2, 20, 8), (6, 6)])
+def test_newton_schulz_is_the_quintic_iteration_and_orthogonalises(shape: tuple) -> None:
+    G = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    X = bench.newton_schulz(G, steps=5)
+    batch = G.reshape(-1, *G.shape[-2:])
+    expected = torch.stack([_newton_schulz_float64(g, 5) for g in batch]).reshape(G.shape)
+    assert X.dtype == torch.float32 and X.shape == G.shape
+    assert torch.allclose(X.double(), expected, atol=2e-5)
+    for g, x in zip(batch, X.reshape(-1, *G.shape[-2:])):
+        U, _, Vh = torch.linalg.svd(g.double(), full_matrices=False)
+        inner = U.T @ x.double() @ Vh.T  # diagonal when x = U S' V^T: G's singular vectors
+        off = inner - torch.diag(torch.diagonal(inner))
+        assert off.abs().max() < 1e-4
+        # the quintic pushes every singular value into a band around 1, not onto 1
+        assert 0.6 < float(torch.diagonal(inner).min()) and float(torch.diagonal(inner).max()) < 1.2
+
+
+def test_muon_takes_torch_optim_muons_steps() -> None:
+    """Three steps with the same gradients: the same updates as torch.optim.Muon (which
+    orthogonalises in bfloat16, hence the 5% tolerance), tall, wide and square matrices."""
+    gen = torch.Generator().manual_seed(1)
+    start = [torch.randn(8, 20, generator=gen), torch.randn(20, 8, generator=gen),
+             torch.randn(8, 20, generator=gen), torch.randn(5, 5, generator=gen)]
+    ours = [p.clone().requires_grad_() for p in start]
+    theirs = [p.clone().requires_grad_() for p in start]
+    opt_ours = bench.Muon(ours, lr=0.02, momentum=0.9)
+    opt_theirs = torch.optim.Muon(theirs, lr=0.02, momentum=0.9, weight_decay=0.0)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=gen) for p in start]
+        for params, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            opt.step()
+        for p, q, p0 in zip(ours, theirs, start):
+            step_ours, step_theirs = p.detach() - p0, q.detach() - p0
+            assert float((step_ours - step_theirs).norm() / step_theirs.norm()) < 0.05
+    # a tall matrix's step is scaled by sqrt(rows / cols): 20 x 8 moves further than 8 x 20
+    moved = [float((p.detach() - p0).norm()) for p, p0 in zip(ours, start)]
+    assert moved[1] / moved[0] == pytest.approx(math.sqrt(20 / 8), rel=0.1)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(lr=0.0), "lr"), (dict(lr=float("nan")), "lr"), (dict(momentum=1.0), "momentum"),
+    (dict(ns_steps=0), "ns_steps"), (dict(ns_steps=2.5), "ns_steps"),
+    (dict(weight_decay=-0.1), "weight_decay"),
+])
+def test_muon_refuses_bad_settings(kwargs: dict, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        bench.Muon([torch.zeros(3, 3, requires_grad=True)], **kwargs)
+
+
+def test_muon_refuses_vectors_and_newton_schulz_refuses_non_matrices() -> None:
+    with pytest.raises(ValueError, match=r"matrices only.*\(4,\)"):
+        bench.Muon([torch.zeros(4, requires_grad=True)])
+    with pytest.raises(ValueError, match="floating-point matrices"):
+        bench.newton_schulz(torch.zeros(4))
+    with pytest.raises(ValueError, match="floating-point matrices"):
+        bench.newton_schulz(torch.zeros(3, 3, dtype=torch.long))
+
+
+def test_the_optimisers_split_the_parameters_as_documented() -> None:
+    model = bench.build_model(bench.MODERN, 65)
+    muon, adamw = bench.make_optimizers(model, bench.MODERN)
+    assert isinstance(muon, bench.Muon) and isinstance(adamw, torch.optim.AdamW)
+    names = {id(p): n for n, p in model.named_parameters()}
+    on_muon = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    on_adamw = {names[id(p)] for g in adamw.param_groups for p in g["params"]}
+    assert not on_muon & on_adamw and on_muon | on_adamw == set(names.values())
+    assert on_adamw == {"model.embed_tokens.weight", "lm_head.weight"} | {
+        n for n in names.values() if n.endswith("layernorm.weight") or n == "model.norm.weight"}
+    assert len(on_muon) == 7 * bench.MODERN.n_layer  # q, k, v, o, gate, up, down per block
+    assert muon.param_groups[0]["lr_scale"] == pytest.approx(bench.MODERN.muon_lr / bench.MODERN.lr)
+    assert adamw.param_groups[0]["lr_scale"] == 1.0 and adamw.param_groups[0]["weight_decay"] == 0
+    (gpt_adamw,) = bench.make_optimizers(bench.build_model(bench.TUNED, 65), bench.TUNED)
+    assert [g["weight_decay"] for g in gpt_adamw.param_groups] == [0.1, 0.0]
 
 
 def test_nanogpt_schedule_warms_up_then_decays_to_min_lr() -> None:
@@ -108,8 +205,26 @@ def test_time_schedule_ends_at_min_lr_when_the_budget_ends() -> None:
     assert 0 < r.lr_at(0, 0.0, 100.0) < 1e-5
 
 
+def test_linear_decay_is_a_straight_line_from_lr_to_min_lr() -> None:
+    r = bench.Recipe(name="t", n_layer=1, n_head=1, n_embd=8, block_size=8, batch_size=2,
+                     lr=2e-3, min_lr=0.0, warmup=10.0, schedule="time", decay="linear")
+    assert r.lr_at(0, 5.0, 100.0) == pytest.approx(1e-3)  # the same warm-up
+    assert r.lr_at(7, 10.0, 100.0) == pytest.approx(2e-3)
+    assert r.lr_at(7, 32.5, 100.0) == pytest.approx(1.5e-3)  # a quarter of the decay done
+    assert r.lr_at(7, 77.5, 100.0) == pytest.approx(0.5e-3)
+    assert r.lr_at(7, 100.0, 100.0) == 0.0
+
+
 @pytest.mark.parametrize("kwargs, error", [
     (dict(schedule="linear"), "schedule"),
+    (dict(decay="step"), "decay"),
+    (dict(optimizer="sgd"), "optimizer"),
+    (dict(muon_momentum=1.0), "muon_momentum"),
+    (dict(muon_lr=-0.01), "muon_lr"),
+    (dict(lr=float("inf")), "lr"),
+    (dict(min_lr=2e-3), "min_lr"),
+    (dict(grad_clip=-1.0), "grad_clip"),
+    (dict(block="gpt", tie_embeddings=False), "tie_embeddings"),
     (dict(schedule="iters", max_iters=None), "max_iters"),
     (dict(n_head=3), "divisible"),
     (dict(batch_size=0), "batch_size"),
@@ -163,6 +278,40 @@ def test_a_three_step_run_on_a_tiny_slice(corpus: Path) -> None:
     assert any("iter      3" in line for line in lines)
 
 
+def test_a_muon_run_steps_every_parameter_and_grad_clip_0_does_not_clip(corpus: Path) -> None:
+    data = bench.load_data(corpus, eval_windows=3)
+    threads = torch.get_num_threads()
+    seen: dict[str, list[float]] = {}
+    original = torch.nn.utils.clip_grad_norm_
+
+    def spy(parameters, max_norm, *args, **kwargs):
+        seen.setdefault("clip", []).append(max_norm)
+        return original(parameters, max_norm, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = spy
+    try:
+        for clip in (1.0, 0.0):
+            recipe = replace(bench.MODERN, grad_clip=clip)
+            result = bench.run_recipe(recipe, data, seconds=600.0, marks=[600.0], eval_every=0.0,
+                                      max_steps=2, log=lambda line: None)
+            assert result.iterations == 2 and math.isfinite(result.curve[-1][2])
+    finally:
+        torch.nn.utils.clip_grad_norm_ = original
+        torch.set_num_threads(threads)
+    assert seen["clip"] == [1.0, 1.0]  # two steps clipped at 1.0, none at 0
+    torch.manual_seed(bench.MODERN.seed)
+    model = bench.build_model(bench.MODERN, len(data.vocabulary))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizers = bench.make_optimizers(model, bench.MODERN)
+    x, y = data.train[:64][None], data.train[1:65][None]
+    bench.lm_loss(model(x), y).backward()
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = 1e-3 * group["lr_scale"]
+        optimizer.step()
+    assert all(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
 def test_evaluation_is_the_mean_loss_over_the_fixed_windows(corpus: Path) -> None:
     data = bench.load_data(corpus, eval_windows=6)
     torch.manual_seed(0)
@@ -200,6 +349,36 @@ def test_the_command_line_runs_both_recipes_and_prints_the_table(corpus: Path) -
 def test_bad_arguments_are_refused(argv: list[str], error: str, capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
+    assert error in capsys.readouterr().err
+
+
+def test_set_changes_one_setting_of_one_recipe() -> None:
+    args = bench.parse_args(["--recipes", "tuned,modern", "--set", "modern.muon_lr=0.02",
+                             "--set", "modern.optimizer=adamw", "--set", "modern.batch_size=12",
+                             "--set", "modern.betas=(0.9, 0.95)", "--set", "tuned.lr=1e-2",
+                             "--set", "modern.tie_embeddings=True", "--set", "modern.min_lr=0"])
+    tuned, modern = args.recipe_list
+    assert tuned == replace(bench.TUNED, lr=1e-2)
+    assert modern == replace(bench.MODERN, muon_lr=0.02, optimizer="adamw", batch_size=12,
+                             betas=(0.9, 0.95), tie_embeddings=True, min_lr=0.0)
+    assert isinstance(modern.min_lr, float)  # "0" read as the float field's 0.0
+
+
+@pytest.mark.parametrize("setting, error", [
+    ("modern.muon_lr", "RECIPE.FIELD=VALUE"),
+    ("gpt.lr=1e-3", "unknown recipe 'gpt'"),
+    ("modern.speed=2", "unknown field 'speed'"),
+    ("modern.name=fast", "unknown field 'name'"),
+    ("modern.muon_lr=fast", "muon_lr takes float or int"),
+    ("modern.batch_size=2.5", "batch_size takes int"),
+    ("modern.batch_size=True", "batch_size takes int"),
+    ("modern.decay=step", "decay must be"),
+    ("baseline.max_iters=None", "max_iters"),
+    ("tuned.tie_embeddings=False", "tie_embeddings"),
+])
+def test_bad_settings_are_refused(setting: str, error: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--set", setting])
     assert error in capsys.readouterr().err
 
 
