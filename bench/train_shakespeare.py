@@ -118,7 +118,8 @@ modern.decay=cosine --set modern.min_lr=1e-4``.
   0.015 with a 1 s warm-up: 1.532 (1,675); AdamW at 6e-3 instead of 3e-3 on the embedding,
   the output layer and the gains: 1.529 (1,675) at 0.01 and 1.532 (1,664) at 0.0075;
   the one-thread CPU-time proxy (90 CPU seconds, two runs at a time, 22:38-23:24 UTC) had pointed to
-  the 2 heads (1.661 against 1.680 at 90 s) and the output matrix (1.680 against 1.689), but it also
+  the 2 heads (1.661 against 1.680 at 90 s, the same initialisation) and the output matrix (1.680
+  against 1.689, under different initialisations, so not a comparison at all), but it also
   favoured Muon at 0.015, AdamW at 6e-3 and a shorter warm-up (1.633 for 0.5 s and 1.637 for 2 s),
   which the wall-clock runs above did not bear out, and it saw nothing in a RoPE base of 1,000 or
   300 (1.650, 1.649 against 1.652 and 1.654 in two runs of the same recipe) or in batches of 32
@@ -126,7 +127,12 @@ modern.decay=cosine --set modern.min_lr=1e-4``.
   dimensions did worse than 2 of 64 (1.533 at 180 s, 1,717 iterations) and batches of 36 no better
   than 24 (1.518, 1,272 iterations).
 
-Each of these is one run of one seed; how far single runs scatter is measured below.
+Each of these is one run of one seed; how far single runs scatter is measured below. The 2 heads
+and the output matrix of its own were kept on the strength of runs that drew their weights
+differently from the runs they were compared with; with the recipe's own initialisation (the
+same draws for the shared weights whatever the heads and the tying) they made no difference the
+runs can show: 1.535 with 4 heads and tied embeddings (1,651 iterations) against 1.536 with 2
+heads and the output matrix (1,684, the run of the recipe below).
 
 The target, measured with this recipe on the quiet 2-core machine (the shared AMD EPYC machine,
 torch 2.13.0, nothing else running, the script's own two threads), the default command
