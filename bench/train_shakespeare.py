@@ -438,13 +438,14 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.T
                          f"{G.dtype} of shape {tuple(G.shape)}")
     a, b, c = NS_COEFFICIENTS
     tall = G.size(-2) > G.size(-1)
-    X = (G.mT if tall else G).reshape(-1, min(G.shape[-2:]), max(G.shape[-2:]))
-    X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # wide: A is the smaller Gram
+    wide = G.mT if tall else G  # iterate on the wide side: A is the smaller Gram matrix
+    X = wide.reshape(-1, *wide.shape[-2:])
+    X = X / X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(steps):
         A = X @ X.mT
         polynomial = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b A + c A^2, one fused call
         X = torch.baddbmm(X, polynomial, X, beta=a)  # a X + (b A + c A^2) X
-    X = X.reshape((G.mT if tall else G).shape)
+    X = X.reshape(wide.shape)
     return X.mT if tall else X
 
 
@@ -493,7 +494,8 @@ class Muon(torch.optim.Optimizer):
                 updates = newton_schulz(torch.stack([u for _, u in items]), group["ns_steps"])
                 lr = group["lr"] * math.sqrt(max(1.0, rows / cols))
                 for (p, _), update in zip(items, updates):
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                    if group["weight_decay"]:
+                        p.mul_(1 - group["lr"] * group["weight_decay"])
                     p.add_(update, alpha=-lr)
         return loss
 
@@ -706,10 +708,9 @@ def parse_setting(item: str) -> tuple[str, str, object]:
         raise ValueError("expected RECIPE.FIELD=VALUE")
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; choose from {sorted(RECIPES)}")
-    fields = {f.name: f for f in dataclass_fields(Recipe)}
-    if field_name not in fields or field_name == "name":
-        raise ValueError(f"unknown field {field_name!r}; choose from "
-                         f"{sorted(set(fields) - {'name'})}")
+    settable = {f.name for f in dataclass_fields(Recipe)} - {"name"}
+    if field_name not in settable:
+        raise ValueError(f"unknown field {field_name!r}; choose from {sorted(settable)}")
     try:
         value = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError):
