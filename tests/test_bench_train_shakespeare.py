@@ -69,15 +69,16 @@ def test_the_recipes_build_models_of_the_documented_size() -> None:
 def test_the_modern_recipe_is_the_ladders_best_block_trained_with_muon() -> None:
     """Chapter 7's block (RoPE, RMSNorm, SwiGLU of width 8d/3, no biases) at the tuned GPT's
     width, depth and context with 2 heads and an untied output layer, its parameters within 1%
-    of the GPT's, trained with Muon on the blocks' matrices, batches of 24 windows and a linear
-    decay to zero over the budget."""
+    of the GPT's, trained with Muon on the blocks' matrices, batches of 24 windows drawn in
+    passes over the text and a linear decay to zero over the budget."""
     t, m = bench.TUNED, bench.MODERN
     same = ("n_layer", "n_embd", "block_size", "warmup", "schedule", "max_iters", "betas",
             "grad_clip", "dropout", "threads")
     assert all(getattr(m, name) == getattr(t, name) for name in same)
     assert (m.optimizer, m.muon_lr, m.muon_momentum, m.lr) == ("muon", 0.01, 0.9, 3e-3)
-    assert (m.batch_size, m.decay, m.min_lr, m.n_head, m.tie_embeddings) == \
-        (24, "linear", 0.0, 2, False)
+    assert (m.batch_size, m.decay, m.min_lr, m.n_head, m.tie_embeddings, m.sampler) == \
+        (24, "linear", 0.0, 2, False, "epochs")
+    assert bench.BASELINE.sampler == t.sampler == "random"  # nanoGPT's sampling
     model = bench.build_model(m, 65)
     c = model.config
     assert (c.position, c.norm, c.mlp, c.intermediate_size) == ("rope", "rms", "swiglu", 342)
@@ -229,6 +230,7 @@ def test_linear_decay_is_a_straight_line_from_lr_to_min_lr() -> None:
     (dict(n_head=3), "divisible"),
     (dict(batch_size=0), "batch_size"),
     (dict(block="mamba"), "block"),
+    (dict(sampler="shuffled"), "sampler"),
 ])
 def test_bad_recipes_are_refused(kwargs: dict, error: str) -> None:
     base = dict(name="x", n_layer=1, n_head=2, n_embd=8, block_size=8, batch_size=2, lr=1e-3,
@@ -251,6 +253,53 @@ def test_data_split_is_nanogpts_and_the_validation_windows_are_fixed(corpus: Pat
     val = "".join(vocabulary[i] for i in data.val.tolist())
     for row in data.val_x:  # every window is a piece of the validation text
         assert "".join(vocabulary[i] for i in row.tolist()) in val
+
+
+def test_epoch_windows_serve_every_window_of_a_pass_once_then_start_another() -> None:
+    """On the text 0, 1, ..., 40 with windows of 4: a pass is the windows that start at
+    offset, offset + 4, ... (each needs 5 characters), served in a shuffled order, each once; the
+    batch that outruns the pass is finished from the next pass, at a new offset."""
+    ids = torch.arange(41)
+    sampler = bench.EpochWindows(ids, 4, torch.Generator().manual_seed(3))
+    starts: list[int] = []
+    for _ in range(3):
+        x, y = sampler.next(4)
+        assert x.shape == y.shape == (4, 4)
+        assert torch.equal(y, x + 1)  # the targets are the next characters
+        assert torch.equal(x - x[:, :1], torch.arange(4).expand(4, 4))  # contiguous windows
+        starts += x[:, 0].tolist()
+    offset = starts[0] % 4
+    first_pass = list(range(offset, 41 - 4, 4))  # the last start s has s + 4 <= 40
+    n = len(first_pass)
+    assert n in (9, 10) and sorted(starts[:n]) == first_pass
+    assert starts[:n] != first_pass  # shuffled (this generator's order is not the text's)
+    assert sampler.passes == 2 and len(set(starts[n:])) == 12 - n
+    assert len({s % 4 for s in starts[n:]}) == 1  # the second pass: one offset of its own
+
+
+def test_epoch_windows_are_reproducible_and_refuse_a_text_too_short() -> None:
+    ids = torch.arange(200)
+    a, b = (bench.EpochWindows(ids, 8, torch.Generator().manual_seed(5)) for _ in range(2))
+    assert all(torch.equal(a.next(3)[0], b.next(3)[0]) for _ in range(10))
+    with pytest.raises(ValueError, match="2 \\* block_size \\+ 1 = 17"):
+        bench.EpochWindows(torch.arange(16), 8, torch.Generator())
+
+
+def test_random_offsets_miss_a_fraction_exp_minus_passes_that_epochs_do_not() -> None:
+    """The docstring's reason for passes: after k passes' worth of windows, independent random
+    offsets leave about exp(-k) of the text unread; passes read every character k times (up to
+    the offsets' edges)."""
+    n, block, passes = 20_000, 10, 2
+    ids = torch.arange(n)
+    windows = passes * n // block
+    gen = torch.Generator().manual_seed(0)
+    x, _ = bench.random_windows(ids, block, windows, gen)
+    unread = 1 - len(torch.unique(x)) / n
+    assert unread == pytest.approx(math.exp(-passes), abs=0.01)
+    sampler = bench.EpochWindows(ids, block, torch.Generator().manual_seed(0))
+    counts = torch.bincount(sampler.next(windows)[0].flatten(), minlength=n)
+    inner = counts[2 * block:-2 * block]
+    assert int(inner.min()) == passes and int(inner.max()) <= passes + 1  # none unread
 
 
 def test_missing_or_tiny_corpus_gets_a_clear_error(tmp_path: Path) -> None:
