@@ -75,7 +75,7 @@ the gains (Jordan et al. leave the input and output layers and the vectors to Ad
 batches of 24 windows drawn in passes over the training text (``sampler="epochs"``,
 :class:`EpochWindows`: each pass cuts the text into windows that do not overlap, from a random
 offset, and serves them in a shuffled order), the tuned recipe's 5 s warm-up, then a linear decay
-to zero at the end of the budget. In 180 s the recipe makes 2.3 to 2.6 passes, so every character
+to zero at the end of the budget. In 180 s the recipe makes 2.2 to 2.6 passes, so every character
 is trained on two or three times, where nanoGPT's independent random offsets would leave a fraction
 of about exp(-2.5), 8%, of the text unread (tested) and read other parts four times or more.
 Grouped-query attention, the ladder's last rung, is left out: it made no difference
