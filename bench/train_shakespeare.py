@@ -133,8 +133,10 @@ modern.decay=cosine --set modern.min_lr=1e-4``.
   than 24 (1.518, 1,272 iterations).
 
 Sampling in passes, the last change (28 Nov 2026, the quiet machine, 180 s of wall time, two
-threads, one run at a time, 01:06-01:34 UTC), against the recipe with nanoGPT's random offsets,
-validation loss at 180 s (iterations):
+threads, one run at a time, 01:06-01:34 UTC; the recipe through :func:`run_recipe` with
+evaluations every 60 s, as ``--recipes modern --eval-every 60`` runs it, and a first copy of the
+sampler that left out the one last window a pass can have), against the recipe with nanoGPT's
+random offsets, validation loss at 180 s (iterations):
 
 * random offsets, the default seed: 1.530 (1,700), whose training loss over 400 random training
   windows was 1.278; weight decay on the Muon matrices (each multiplied by 1 - 0.01 x 0.1 a step at
