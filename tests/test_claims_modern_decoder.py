@@ -61,7 +61,7 @@ def test_past_the_trained_context(built_book: Path) -> None:
 
 
 def test_rmsnorm_equals_layernorm_on_centred_inputs_and_its_time(built_book: Path) -> None:
-    """Section 2: "on centred inputs RMSNorm and LayerNorm agree to X"; "the fused RMSNorm takes
+    """Section 2: "on centred inputs RMSNorm and LayerNorm agree to X"; "`F.rms_norm` takes
     R of LayerNorm's time, so here its saving of one reduction does not show" (section 8: "no
     faster on this CPU")."""
     assert value("ch7_rms_ln_diff") < 1e-12
