@@ -69,13 +69,16 @@ def test_the_recipes_build_models_of_the_documented_size() -> None:
 def test_the_modern_recipe_is_the_ladders_best_block_trained_with_muon() -> None:
     """Chapter 7's block (RoPE, RMSNorm, SwiGLU of width 8d/3, no biases) at the tuned GPT's
     width, depth and context with 2 heads and an untied output layer, its parameters within 1%
-    of the GPT's, trained with Muon on the blocks' matrices, batches of 24 windows drawn in
+    of the GPT's, trained with Muon on the blocks' matrices (three Newton-Schulz steps, where
+    Jordan et al. take five), batches of 24 windows drawn in
     passes over the text and a linear decay to zero over the budget."""
     t, m = bench.TUNED, bench.MODERN
     same = ("n_layer", "n_embd", "block_size", "warmup", "schedule", "max_iters", "betas",
             "grad_clip", "dropout", "threads")
     assert all(getattr(m, name) == getattr(t, name) for name in same)
-    assert (m.optimizer, m.muon_lr, m.muon_momentum, m.lr) == ("muon", 0.01, 0.9, 3e-3)
+    assert (m.optimizer, m.muon_lr, m.muon_momentum, m.muon_ns_steps, m.lr) == \
+        ("muon", 0.01, 0.9, 3, 3e-3)
+    assert bench.Recipe.muon_ns_steps == 5  # Jordan et al.'s five, unless a recipe says otherwise
     assert (m.batch_size, m.decay, m.min_lr, m.n_head, m.tie_embeddings, m.sampler) == \
         (24, "linear", 0.0, 2, False, "epochs")
     assert bench.BASELINE.sampler == t.sampler == "random"  # nanoGPT's sampling
@@ -108,20 +111,29 @@ def _newton_schulz_float64(G: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("shape", [(3, 8, 20), (2, 20, 8), (6, 6)])
-def test_newton_schulz_is_the_quintic_iteration_and_orthogonalises(shape: tuple) -> None:
+@pytest.mark.parametrize("steps", [3, 5])
+def test_newton_schulz_is_the_quintic_iteration_and_orthogonalises(shape: tuple,
+                                                                   steps: int) -> None:
     G = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
-    X = bench.newton_schulz(G, steps=5)
+    X = bench.newton_schulz(G, steps=steps)
     batch = G.reshape(-1, *G.shape[-2:])
-    expected = torch.stack([_newton_schulz_float64(g, 5) for g in batch]).reshape(G.shape)
+    expected = torch.stack([_newton_schulz_float64(g, steps) for g in batch]).reshape(G.shape)
     assert X.dtype == torch.float32 and X.shape == G.shape
     assert torch.allclose(X.double(), expected, atol=2e-5)
+    a, b, c = bench.NS_COEFFICIENTS
     for g, x in zip(batch, X.reshape(-1, *G.shape[-2:])):
-        U, _, Vh = torch.linalg.svd(g.double(), full_matrices=False)
+        U, S, Vh = torch.linalg.svd(g.double(), full_matrices=False)
         inner = U.T @ x.double() @ Vh.T  # diagonal when x = U S' V^T: G's singular vectors
         off = inner - torch.diag(torch.diagonal(inner))
         assert off.abs().max() < 1e-4
-        # the quintic pushes every singular value into a band around 1, not onto 1
-        assert 0.6 < float(torch.diagonal(inner).min()) and float(torch.diagonal(inner).max()) < 1.2
+        # each singular value s goes through the scalar quintic p(s) = a s + b s^3 + c s^5,
+        # ``steps`` times, from s / |G|_F
+        s = S / S.square().sum().sqrt()
+        for _ in range(steps):
+            s = a * s + b * s**3 + c * s**5
+        assert torch.allclose(torch.diagonal(inner), s, atol=1e-4)
+        if steps == 5:  # five steps push every singular value into a band around 1, not onto 1
+            assert 0.6 < float(s.min()) and float(s.max()) < 1.2
 
 
 def test_muon_takes_torch_optim_muons_steps() -> None:
@@ -179,6 +191,9 @@ def test_the_optimisers_split_the_parameters_as_documented() -> None:
         n for n in names.values() if n.endswith("layernorm.weight") or n == "model.norm.weight"}
     assert len(on_muon) == 7 * bench.MODERN.n_layer  # q, k, v, o, gate, up, down per block
     assert muon.param_groups[0]["lr_scale"] == pytest.approx(bench.MODERN.muon_lr / bench.MODERN.lr)
+    assert muon.param_groups[0]["ns_steps"] == bench.MODERN.muon_ns_steps
+    three = bench.make_optimizers(model, replace(bench.MODERN, muon_ns_steps=3))[0]
+    assert three.param_groups[0]["ns_steps"] == 3
     assert adamw.param_groups[0]["lr_scale"] == 1.0 and adamw.param_groups[0]["weight_decay"] == 0
     (gpt_adamw,) = bench.make_optimizers(bench.build_model(bench.TUNED, 65), bench.TUNED)
     assert [g["weight_decay"] for g in gpt_adamw.param_groups] == [0.1, 0.0]
@@ -222,6 +237,8 @@ def test_linear_decay_is_a_straight_line_from_lr_to_min_lr() -> None:
     (dict(optimizer="sgd"), "optimizer"),
     (dict(muon_momentum=1.0), "muon_momentum"),
     (dict(muon_lr=-0.01), "muon_lr"),
+    (dict(muon_ns_steps=0), "muon_ns_steps"),
+    (dict(muon_ns_steps=2.5), "muon_ns_steps"),
     (dict(lr=float("inf")), "lr"),
     (dict(min_lr=2e-3), "min_lr"),
     (dict(grad_clip=-1.0), "grad_clip"),
