@@ -136,16 +136,19 @@ def test_newton_schulz_is_the_quintic_iteration_and_orthogonalises(shape: tuple,
             assert 0.6 < float(s.min()) and float(s.max()) < 1.2
 
 
-def test_muon_takes_torch_optim_muons_steps() -> None:
+@pytest.mark.parametrize("ns_steps", [5, 3])
+def test_muon_takes_torch_optim_muons_steps(ns_steps: int) -> None:
     """Three steps with the same gradients: the same updates as torch.optim.Muon (which
-    orthogonalises in bfloat16, hence the 5% tolerance), tall, wide and square matrices."""
+    orthogonalises in bfloat16, hence the 5% tolerance), tall, wide and square matrices, with
+    five Newton-Schulz steps (both defaults) and with three (the modern recipe's)."""
     gen = torch.Generator().manual_seed(1)
     start = [torch.randn(8, 20, generator=gen), torch.randn(20, 8, generator=gen),
              torch.randn(8, 20, generator=gen), torch.randn(5, 5, generator=gen)]
     ours = [p.clone().requires_grad_() for p in start]
     theirs = [p.clone().requires_grad_() for p in start]
-    opt_ours = bench.Muon(ours, lr=0.02, momentum=0.9)
-    opt_theirs = torch.optim.Muon(theirs, lr=0.02, momentum=0.9, weight_decay=0.0)
+    opt_ours = bench.Muon(ours, lr=0.02, momentum=0.9, ns_steps=ns_steps)
+    opt_theirs = torch.optim.Muon(theirs, lr=0.02, momentum=0.9, weight_decay=0.0,
+                                  ns_steps=ns_steps)
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=gen) for p in start]
         for params, opt in ((ours, opt_ours), (theirs, opt_theirs)):
@@ -192,8 +195,8 @@ def test_the_optimisers_split_the_parameters_as_documented() -> None:
     assert len(on_muon) == 7 * bench.MODERN.n_layer  # q, k, v, o, gate, up, down per block
     assert muon.param_groups[0]["lr_scale"] == pytest.approx(bench.MODERN.muon_lr / bench.MODERN.lr)
     assert muon.param_groups[0]["ns_steps"] == bench.MODERN.muon_ns_steps
-    three = bench.make_optimizers(model, replace(bench.MODERN, muon_ns_steps=3))[0]
-    assert three.param_groups[0]["ns_steps"] == 3
+    four = bench.make_optimizers(model, replace(bench.MODERN, muon_ns_steps=4))[0]
+    assert four.param_groups[0]["ns_steps"] == 4
     assert adamw.param_groups[0]["lr_scale"] == 1.0 and adamw.param_groups[0]["weight_decay"] == 0
     (gpt_adamw,) = bench.make_optimizers(bench.build_model(bench.TUNED, 65), bench.TUNED)
     assert [g["weight_decay"] for g in gpt_adamw.param_groups] == [0.1, 0.0]
